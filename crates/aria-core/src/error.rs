@@ -1,0 +1,130 @@
+//! The error type of `aria-core`.
+
+use std::path::PathBuf;
+
+use crate::DType;
+
+/// Result alias used throughout `aria-core`.
+pub type Result<T, E = CoreError> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in `aria-core`: every variant names the file, tensor, op, shape or
+/// dtype involved so that a message alone is enough to locate the problem.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CoreError {
+    /// An I/O error while opening or mapping a file.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A safetensors file whose header or layout is invalid (corrupt, truncated, hostile).
+    #[error("{path}: invalid safetensors file: {reason}")]
+    SafeTensors {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A tensor was requested that no loaded file contains.
+    #[error("tensor `{name}` not found in {files}")]
+    MissingTensor {
+        /// Full tensor name.
+        name: String,
+        /// The files that were searched.
+        files: String,
+    },
+    /// A loaded tensor has another shape than the model expects.
+    #[error("tensor `{name}` in {file}: expected shape {expected:?}, found {found:?}")]
+    WeightShape {
+        /// Full tensor name.
+        name: String,
+        /// File that holds it.
+        file: String,
+        /// Expected shape.
+        expected: Vec<usize>,
+        /// Shape in the file.
+        found: Vec<usize>,
+    },
+    /// A tensor's dtype is not what was asked for and cannot be converted.
+    #[error("tensor `{name}`: dtype {found:?} where {expected} was expected")]
+    WeightDType {
+        /// Full tensor name.
+        name: String,
+        /// Expected dtype(s), in words.
+        expected: String,
+        /// Dtype found.
+        found: DType,
+    },
+    /// A file stores a dtype aria does not handle.
+    #[error("tensor `{name}` in {file}: unsupported dtype {dtype}")]
+    UnsupportedDType {
+        /// Full tensor name.
+        name: String,
+        /// File that holds it.
+        file: String,
+        /// The dtype as written in the file.
+        dtype: String,
+    },
+    /// A JSON file (config) could not be read or parsed.
+    #[error("{path}: {reason}")]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong (parser message, missing key...).
+        reason: String,
+    },
+    /// Shapes given to an op do not fit together.
+    #[error("{op}: {reason} (shapes {shapes:?})")]
+    Shape {
+        /// The op.
+        op: &'static str,
+        /// What is wrong.
+        reason: String,
+        /// The shapes involved.
+        shapes: Vec<Vec<usize>>,
+    },
+    /// An op was given a dtype it does not accept.
+    #[error("{op}: dtype {dtype:?} not supported here ({reason})")]
+    DType {
+        /// The op.
+        op: &'static str,
+        /// The offending dtype.
+        dtype: DType,
+        /// Context.
+        reason: String,
+    },
+    /// An op is not implemented by the backend the tensor lives on.
+    #[error("{op} is not supported by the {backend} backend")]
+    Unsupported {
+        /// The op.
+        op: &'static str,
+        /// The backend's name.
+        backend: String,
+    },
+    /// A device backend reported an error.
+    #[error("{backend} backend: {reason}")]
+    Backend {
+        /// The backend's name.
+        backend: String,
+        /// What happened.
+        reason: String,
+    },
+    /// An invalid argument (out-of-range index, zero-sized window...).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl CoreError {
+    /// Shorthand for a [`CoreError::Shape`] error.
+    pub fn shape(op: &'static str, reason: impl Into<String>, shapes: &[&[usize]]) -> Self {
+        CoreError::Shape {
+            op,
+            reason: reason.into(),
+            shapes: shapes.iter().map(|s| s.to_vec()).collect(),
+        }
+    }
+}

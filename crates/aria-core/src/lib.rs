@@ -1,0 +1,38 @@
+//! # aria-core
+//!
+//! The engine under every aria model: [`Tensor`] (shape, strides, f32/f16/bf16 plus raw
+//! integer dtypes, CPU storage that is owned or borrowed from a memory-mapped file), the ops
+//! models are written with ([`ops`]), CPU kernels with a scalar reference and runtime-dispatched
+//! SIMD paths ([`cpu`]), the [`Backend`] trait through which device backends plug in, and
+//! safetensors weight loading with a prefix-stack loader ([`WeightLoader`]).
+//!
+//! ```
+//! use aria_core::{ops, Tensor};
+//! # fn main() -> aria_core::Result<()> {
+//! let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
+//! let w = Tensor::from_vec(vec![1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0], &[3, 2])?;
+//! let y = ops::linear(&x, &w, None)?;
+//! assert_eq!(y.shape(), &[2, 3]);
+//! assert_eq!(y.to_vec::<f32>()?, vec![1.0, 2.0, 3.0, 3.0, 4.0, 7.0]);
+//! # Ok(()) }
+//! ```
+
+pub mod backend;
+pub mod config;
+pub mod cpu;
+mod dtype;
+mod error;
+pub mod fixtures;
+pub mod loader;
+pub mod ops;
+pub mod storage;
+mod tensor;
+
+pub use backend::{Backend, Device};
+pub use dtype::{DType, Elem};
+pub use error::{CoreError, Result};
+pub use loader::{save_safetensors, SafeTensorsFile, TensorInfo, WeightLoader};
+pub use storage::Storage;
+pub use tensor::{contiguous_strides, Tensor};
+
+pub use half::{bf16, f16};

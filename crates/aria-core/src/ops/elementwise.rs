@@ -1,0 +1,318 @@
+use rayon::prelude::*;
+
+use super::f32_data;
+use crate::{CoreError, DType, Result, Tensor};
+
+/// Apply `f` to every element (f32 result, same shape).
+pub fn map(x: &Tensor, f: impl Fn(f32) -> f32 + Sync) -> Result<Tensor> {
+    let mut v = f32_data(x)?.into_owned();
+    v.par_chunks_mut(4096).for_each(|c| c.iter_mut().for_each(|e| *e = f(*e)));
+    Tensor::from_vec(v, x.shape())
+}
+
+/// `x · sigmoid(x)`.
+pub fn silu(x: &Tensor) -> Result<Tensor> {
+    map(x, silu_f)
+}
+
+#[inline(always)]
+pub(crate) fn silu_f(v: f32) -> f32 {
+    v / (1.0 + (-v).exp())
+}
+
+#[inline(always)]
+pub(crate) fn gelu_tanh_f(v: f32) -> f32 {
+    const C: f32 = 0.797_884_6; // sqrt(2/pi)
+    0.5 * v * (1.0 + (C * (v + 0.044715 * v * v * v)).tanh())
+}
+
+#[inline(always)]
+pub(crate) fn gelu_f(v: f32) -> f32 {
+    0.5 * v * (1.0 + libm::erff(v * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+/// `1 / (1 + e^-x)`.
+pub fn sigmoid(x: &Tensor) -> Result<Tensor> {
+    map(x, |v| 1.0 / (1.0 + (-v).exp()))
+}
+
+/// `tanh(x)`.
+pub fn tanh(x: &Tensor) -> Result<Tensor> {
+    map(x, f32::tanh)
+}
+
+/// `sin(π·x)` with π written as the reference does (3.14159265359, rounded to f32).
+pub fn sin_pi(x: &Tensor) -> Result<Tensor> {
+    map(x, |v| (3.141_592_653_59_f32 * v).sin())
+}
+
+/// Exact GELU `x·Φ(x)` (erf form).
+pub fn gelu(x: &Tensor) -> Result<Tensor> {
+    map(x, gelu_f)
+}
+
+/// GELU, tanh approximation (`gelu_pytorch_tanh`).
+pub fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
+    map(x, gelu_tanh_f)
+}
+
+/// `x · s`.
+pub fn mul_scalar(x: &Tensor, s: f32) -> Result<Tensor> {
+    map(x, |v| v * s)
+}
+
+/// `x + s`.
+pub fn add_scalar(x: &Tensor, s: f32) -> Result<Tensor> {
+    map(x, |v| v + s)
+}
+
+/// `x · a + b`.
+pub fn affine(x: &Tensor, a: f32, b: f32) -> Result<Tensor> {
+    map(x, |v| v * a + b)
+}
+
+/// The gate activation of a gated linear unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GluAct {
+    /// SwiGLU.
+    Silu,
+    /// GeGLU, exact GELU.
+    Gelu,
+    /// GeGLU, tanh GELU.
+    GeluTanh,
+    /// `sin(π·x)` gate (SAME-L sinusoidal blocks).
+    SinPi,
+}
+
+/// Gated linear unit over the last dimension `[.., 2F] → [.., F]`: first half is the value,
+/// second half the gate: `value ⊙ act(gate)`.
+pub fn glu(x: &Tensor, act: GluAct) -> Result<Tensor> {
+    let s = x.shape();
+    let d2 = *s.last().ok_or_else(|| CoreError::shape("glu", "scalar input", &[s]))?;
+    if d2 % 2 != 0 {
+        return Err(CoreError::shape("glu", "last dim must be even", &[s]));
+    }
+    let f = d2 / 2;
+    let xd = f32_data(x)?;
+    let rows = x.elem_count() / d2.max(1);
+    let mut out = vec![0f32; rows * f];
+    if f > 0 {
+        out.par_chunks_mut(f).enumerate().for_each(|(r, o)| {
+            let xr = &xd[r * d2..(r + 1) * d2];
+            let (val, gate) = xr.split_at(f);
+            for ((o, v), g) in o.iter_mut().zip(val).zip(gate) {
+                let a = match act {
+                    GluAct::Silu => silu_f(*g),
+                    GluAct::Gelu => gelu_f(*g),
+                    GluAct::GeluTanh => gelu_tanh_f(*g),
+                    GluAct::SinPi => (3.141_592_653_59_f32 * *g).sin(),
+                };
+                *o = v * a;
+            }
+        });
+    }
+    let mut shape = s.to_vec();
+    if let Some(l) = shape.last_mut() {
+        *l = f;
+    }
+    Tensor::from_vec(out, &shape)
+}
+
+fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+    let r = a.len().max(b.len());
+    let mut out = vec![0; r];
+    for i in 0..r {
+        let da = if i + a.len() >= r { a[i + a.len() - r] } else { 1 };
+        let db = if i + b.len() >= r { b[i + b.len() - r] } else { 1 };
+        out[i] = if da == db || db == 1 {
+            da
+        } else if da == 1 {
+            db
+        } else {
+            return Err(CoreError::shape(op, "shapes do not broadcast", &[a, b]));
+        };
+    }
+    Ok(out)
+}
+
+fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
+    let r = out.len();
+    let cs = crate::tensor::contiguous_strides(shape);
+    (0..r)
+        .map(|i| {
+            if i + shape.len() < r {
+                0
+            } else {
+                let j = i + shape.len() - r;
+                if shape[j] == 1 { 0 } else { cs[j] }
+            }
+        })
+        .collect()
+}
+
+/// Elementwise binary op with NumPy broadcasting (f32 result).
+pub fn binary_map(
+    op: &'static str,
+    a: &Tensor,
+    b: &Tensor,
+    f: impl Fn(f32, f32) -> f32 + Sync,
+) -> Result<Tensor> {
+    let shape = broadcast_shape(op, a.shape(), b.shape())?;
+    let ad = f32_data(a)?;
+    let bd = f32_data(b)?;
+    let n: usize = shape.iter().product();
+    if a.shape() == shape.as_slice() && b.shape() == shape.as_slice() {
+        let mut out = vec![0f32; n];
+        out.par_chunks_mut(4096).enumerate().for_each(|(c, o)| {
+            let s = c * 4096;
+            for (i, v) in o.iter_mut().enumerate() {
+                *v = f(ad[s + i], bd[s + i]);
+            }
+        });
+        return Tensor::from_vec(out, &shape);
+    }
+    // General case: iterate over rows of the last dimension.
+    let sa = broadcast_strides(a.shape(), &shape);
+    let sb = broadcast_strides(b.shape(), &shape);
+    let last = *shape.last().unwrap_or(&1);
+    let rows = if last == 0 { 0 } else { n / last };
+    let mut out = vec![0f32; n];
+    if last > 0 {
+        out.par_chunks_mut(last).enumerate().for_each(|(row, o)| {
+            let mut rem = row;
+            let (mut ia, mut ib) = (0usize, 0usize);
+            for d in (0..shape.len().saturating_sub(1)).rev() {
+                let i = rem % shape[d];
+                rem /= shape[d];
+                ia += i * sa[d];
+                ib += i * sb[d];
+            }
+            let (la, lb) = (sa[shape.len() - 1], sb[shape.len() - 1]);
+            for (j, v) in o.iter_mut().enumerate() {
+                *v = f(ad[ia + j * la], bd[ib + j * lb]);
+            }
+        });
+    }
+    let _ = rows;
+    Tensor::from_vec(out, &shape)
+}
+
+/// `a + b` (broadcasting).
+pub fn add(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    binary_map("add", a, b, |x, y| x + y)
+}
+
+/// `a − b` (broadcasting).
+pub fn sub(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    binary_map("sub", a, b, |x, y| x - y)
+}
+
+/// `a ⊙ b` (broadcasting).
+pub fn mul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    binary_map("mul", a, b, |x, y| x * y)
+}
+
+/// `a / b` (broadcasting).
+pub fn div(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    binary_map("div", a, b, |x, y| x / y)
+}
+
+/// Softmax over the last dimension (max-subtracted, f32).
+pub fn softmax_last(x: &Tensor) -> Result<Tensor> {
+    let d = *x.shape().last().ok_or_else(|| CoreError::shape("softmax", "scalar input", &[x.shape()]))?;
+    let mut v = f32_data(x)?.into_owned();
+    if d > 0 {
+        v.par_chunks_mut(d).for_each(|r| {
+            let mx = r.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut s = 0.0;
+            for e in r.iter_mut() {
+                *e = (*e - mx).exp();
+                s += *e;
+            }
+            let inv = 1.0 / s;
+            r.iter_mut().for_each(|e| *e *= inv);
+        });
+    }
+    Tensor::from_vec(v, x.shape())
+}
+
+/// Gather rows of `table [V, D]` (any float dtype, typically memory-mapped) for `ids` (an
+/// integer tensor of any shape) → `[..ids, D]` f32. Only the requested rows are read.
+pub fn embedding(ids: &Tensor, table: &Tensor) -> Result<Tensor> {
+    let ts = table.shape();
+    if ts.len() != 2 {
+        return Err(CoreError::shape("embedding", "table must be [V, D]", &[ids.shape(), ts]));
+    }
+    let (vocab, d) = (ts[0], ts[1]);
+    let idv: Vec<i64> = match ids.dtype() {
+        DType::I64 => ids.to_vec::<i64>()?,
+        _ => ids.to_vec_f32()?.iter().map(|&x| x as i64).collect(),
+    };
+    let table = table.contiguous()?;
+    let mut out = vec![0f32; idv.len() * d];
+    for (row, &id) in out.chunks_mut(d.max(1)).zip(&idv) {
+        if id < 0 || id as usize >= vocab {
+            return Err(CoreError::Invalid(format!("embedding: id {id} outside a vocabulary of {vocab}")));
+        }
+        let r = table.narrow(0, id as usize, 1)?;
+        let v = r.to_vec_f32()?;
+        row.copy_from_slice(&v);
+    }
+    let mut shape = ids.shape().to_vec();
+    shape.push(d);
+    Tensor::from_vec(out, &shape)
+}
+
+/// RoPE tables for positions `0..n`: `cos, sin` of `[p·f ; p·f]` with `f = inv_freq`, each
+/// `[n, 2·len(inv_freq)]` f32 (computed in f32 as the reference does).
+pub fn rope_tables(inv_freq: &Tensor, n: usize) -> Result<(Tensor, Tensor)> {
+    let f = inv_freq.to_vec_f32()?;
+    let r = 2 * f.len();
+    let mut c = vec![0f32; n * r];
+    let mut s = vec![0f32; n * r];
+    for p in 0..n {
+        for (i, fi) in f.iter().enumerate() {
+            let a = p as f32 * fi;
+            let (sa, ca) = a.sin_cos();
+            c[p * r + i] = ca;
+            c[p * r + i + f.len()] = ca;
+            s[p * r + i] = sa;
+            s[p * r + i + f.len()] = sa;
+        }
+    }
+    Ok((Tensor::from_vec(c, &[n, r])?, Tensor::from_vec(s, &[n, r])?))
+}
+
+/// Rotary embedding, rotate-half convention, on the first `R` dims of the last axis, where
+/// `cos, sin` are `[N, R]` from [`rope_tables`]. `x` is `[.., N, D]` (any strides); dims `R..D`
+/// pass through. Returns a contiguous tensor.
+pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    let s = x.shape();
+    if s.len() < 2 {
+        return Err(CoreError::shape("rope", "x must be [.., N, D]", &[s]));
+    }
+    let (n, d) = (s[s.len() - 2], s[s.len() - 1]);
+    let cs = cos.shape();
+    if cs.len() != 2 || cs[0] < n || cs[1] > d || cs[1] % 2 != 0 || sin.shape() != cs {
+        return Err(CoreError::shape("rope", "tables must be [>=N, R] with R even, R <= D", &[s, cs]));
+    }
+    let r = cs[1];
+    let half = r / 2;
+    let c = f32_data(cos)?;
+    let sn = f32_data(sin)?;
+    let xc = x.contiguous()?;
+    let mut v = f32_data(&xc)?.into_owned();
+    if d > 0 && n > 0 {
+        v.par_chunks_mut(d).enumerate().for_each(|(row, e)| {
+            let p = row % n;
+            let cr = &c[p * r..(p + 1) * r];
+            let sr = &sn[p * r..(p + 1) * r];
+            for i in 0..half {
+                let (a, b) = (e[i], e[i + half]);
+                e[i] = a * cr[i] - b * sr[i];
+                e[i + half] = b * cr[i + half] + a * sr[i + half];
+            }
+        });
+    }
+    Tensor::from_vec(v, s)
+}

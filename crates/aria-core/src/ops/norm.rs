@@ -1,0 +1,91 @@
+use rayon::prelude::*;
+
+use super::f32_data;
+use crate::{CoreError, Result, Tensor};
+
+/// Which RMSNorm scale convention to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RmsStyle {
+    /// `x / rms(x) · w`.
+    Plain,
+    /// Gemma's `x / rms(x) · (1 + w)`.
+    OnePlus,
+}
+
+fn rows(op: &'static str, x: &Tensor, w: Option<&Tensor>) -> Result<usize> {
+    let d = *x.shape().last().ok_or_else(|| CoreError::shape(op, "scalar input", &[x.shape()]))?;
+    if let Some(w) = w {
+        if w.elem_count() != d {
+            return Err(CoreError::shape(op, "weight must match the last dim", &[x.shape(), w.shape()]));
+        }
+    }
+    Ok(d)
+}
+
+/// RMSNorm over the last dimension: `x · rsqrt(mean(x²) + eps) · w` (or `(1 + w)`), in f32.
+pub fn rms_norm(x: &Tensor, w: Option<&Tensor>, eps: f32, style: RmsStyle) -> Result<Tensor> {
+    let d = rows("rms_norm", x, w)?;
+    let mut out = f32_data(x)?.into_owned();
+    let wd = w.map(f32_data).transpose()?;
+    if d == 0 {
+        return Tensor::from_vec(out, x.shape());
+    }
+    out.par_chunks_mut(d).for_each(|r| {
+        let ms = r.iter().map(|v| v * v).sum::<f32>() / d as f32;
+        let inv = 1.0 / (ms + eps).sqrt();
+        match (&wd, style) {
+            (Some(w), RmsStyle::Plain) => r.iter_mut().zip(w.iter()).for_each(|(v, w)| *v = *v * inv * w),
+            (Some(w), RmsStyle::OnePlus) => {
+                r.iter_mut().zip(w.iter()).for_each(|(v, w)| *v = *v * inv * (1.0 + w))
+            }
+            (None, _) => r.iter_mut().for_each(|v| *v *= inv),
+        }
+    });
+    Tensor::from_vec(out, x.shape())
+}
+
+/// LayerNorm over the last dimension with optional affine weight and bias.
+pub fn layer_norm(x: &Tensor, w: Option<&Tensor>, b: Option<&Tensor>, eps: f32) -> Result<Tensor> {
+    let d = rows("layer_norm", x, w)?;
+    rows("layer_norm", x, b)?;
+    let mut out = f32_data(x)?.into_owned();
+    let wd = w.map(f32_data).transpose()?;
+    let bd = b.map(f32_data).transpose()?;
+    if d == 0 {
+        return Tensor::from_vec(out, x.shape());
+    }
+    out.par_chunks_mut(d).for_each(|r| {
+        let mean = r.iter().sum::<f32>() / d as f32;
+        let var = r.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
+        let inv = 1.0 / (var + eps).sqrt();
+        for (i, v) in r.iter_mut().enumerate() {
+            let mut y = (*v - mean) * inv;
+            if let Some(w) = &wd {
+                y *= w[i];
+            }
+            if let Some(b) = &bd {
+                y += b[i];
+            }
+            *v = y;
+        }
+    });
+    Tensor::from_vec(out, x.shape())
+}
+
+/// Dynamic tanh over the last dimension: `γ ⊙ tanh(α·x) + β` (α a scalar).
+pub fn dyt(x: &Tensor, alpha: f32, gamma: &Tensor, beta: &Tensor) -> Result<Tensor> {
+    let d = rows("dyt", x, Some(gamma))?;
+    rows("dyt", x, Some(beta))?;
+    let mut out = f32_data(x)?.into_owned();
+    let g = f32_data(gamma)?;
+    let b = f32_data(beta)?;
+    if d == 0 {
+        return Tensor::from_vec(out, x.shape());
+    }
+    out.par_chunks_mut(d).for_each(|r| {
+        for ((v, g), b) in r.iter_mut().zip(g.iter()).zip(b.iter()) {
+            *v = g * (alpha * *v).tanh() + b;
+        }
+    });
+    Tensor::from_vec(out, x.shape())
+}

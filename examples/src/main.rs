@@ -1,0 +1,5 @@
+//! The `aria` command-line program.
+
+fn main() {
+    println!("aria: see README.md");
+}

@@ -1,0 +1,5 @@
+//! `cargo xtask`: development tasks.
+
+fn main() {
+    println!("xtask: no task given");
+}
