@@ -23,6 +23,7 @@ pub mod cpu;
 mod dtype;
 mod error;
 pub mod fixtures;
+pub mod hooks;
 pub mod loader;
 pub mod ops;
 pub mod storage;
