@@ -4,26 +4,41 @@
 
 use std::process::ExitCode;
 
+mod bench_codec;
+mod bench_core;
+mod bench_dit;
+mod bench_e2e;
+mod bench_text;
+mod synth;
+
 fn usage() -> &'static str {
     "usage: cargo xtask <task>\n\
      tasks:\n\
-     \x20 bench core|text|dit|codec|e2e   run a benchmark\n\
-     \x20 synth-model --preset P --dtype D --out DIR   write a random real-shape checkpoint"
+     \x20 bench core|text|dit|codec|e2e [options]   run a benchmark\n\
+     \x20 synth-model --preset small-music|small-sfx|medium --dtype f32|f16 --out DIR\n\
+     \x20                                            write a random real-shape checkpoint"
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let rest = |n: usize| args.get(n..).unwrap_or(&[]).to_vec();
     let res: Result<(), String> = match args.first().map(String::as_str) {
         Some("bench") => match args.get(1).map(String::as_str) {
+            Some("core") => bench_core::run(&rest(2)),
+            Some("text") => bench_text::run(&rest(2)),
+            Some("dit") => bench_dit::run(&rest(2)),
+            Some("codec") => bench_codec::run(&rest(2)),
+            Some("e2e") => bench_e2e::run(&rest(2)),
             Some(other) => Err(format!("unknown benchmark `{other}`\n{}", usage())),
             None => Err(usage().to_string()),
         },
+        Some("synth-model") => synth::run(&rest(1)),
         _ => Err(usage().to_string()),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("{e}");
+            eprintln!("error: {e}");
             ExitCode::FAILURE
         }
     }

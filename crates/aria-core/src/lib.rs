@@ -37,3 +37,7 @@ pub use storage::Storage;
 pub use tensor::{contiguous_strides, Tensor};
 
 pub use half::{bf16, f16};
+
+pub mod threads;
+#[cfg(feature = "wgpu")]
+pub mod wgpu;

@@ -1,0 +1,1 @@
+//! Thread-count control for the CPU kernels (rayon underneath).
