@@ -1,6 +1,387 @@
-//! `cargo xtask` task module (in progress).
+//! `cargo xtask bench codec`: SAME-S decode at real shapes (D = 768, 6 blocks, 512 patch
+//! features, 256 latent channels) with random weights written to a temporary safetensors file.
+//!
+//! Every measurement runs in a child process (this binary, `bench codec --child ...`) so that
+//! its peak resident memory (`VmHWM`) belongs to that measurement alone.
+//!
+//! Options: `--reps N` (timed repetitions, median reported; default 3), `--durations A,B`
+//! (seconds for timing; default 10,30), `--mem-durations A,B,C` (seconds for the memory sweep of
+//! the windowed / streaming / chunked decoders; default 10,60,120), `--skip-mem`.
 
-/// Run the task with its arguments.
-pub fn run(_args: &[String]) -> Result<(), String> {
-    Err("not implemented yet".into())
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use aria_codec::{
+    Autoencoder, AutoencoderConfig, GaussianNoise, NoiseSource, StreamingDecoder, WindowedDecoder,
+};
+use aria_core::{Tensor, WeightLoader};
+
+/// Official PyTorch decode times (2 CPU threads) for 10 s and 30 s: unchunked, chunked.
+const OFFICIAL: [(f64, f64, f64); 2] = [(10.0, 4.3, 5.6), (30.0, 11.7, 12.4)];
+
+const D: usize = 768;
+const DEPTH: usize = 6;
+const FEATS: usize = 512;
+const LATENT: usize = 256;
+const PATCH: usize = 256;
+
+/// Latents the official `generate()` decodes for `secs` of audio (duration + 6 s headroom,
+/// rounded up to a multiple of 8192 samples).
+fn latents_for(secs: f64) -> usize {
+    let samples = ((secs + 6.0) * 44100.0).ceil() as usize;
+    samples.div_ceil(8192) * 2
+}
+
+fn config_json() -> String {
+    let side = |io: &str, extra: &str| {
+        format!(
+            r#"{{"type":"same","config":{{"{io}":{FEATS},"channels":128,"c_mults":[6],"strides":[16],"latent_dim":{LATENT},
+            "transformer_depths":[{DEPTH}],"differential":true,"dyt":true,"dim_heads":64,"variable_stride":true,
+            "chunk_size":32,"chunk_midpoint_shift":true{extra}}}}}"#
+        )
+    };
+    format!(
+        r#"{{"sample_rate":44100,"model":{{"pretransform":{{"type":"autoencoder","chunked":true,"config":{{
+        "encoder":{},"decoder":{},
+        "bottleneck":{{"type":"softnorm","config":{{"dim":{LATENT},"noise_augment_dim":0,"noise_regularize":true,"auto_scale":true}}}},
+        "pretransform":{{"type":"patched","config":{{"channels":2,"patch_size":{PATCH}}}}},
+        "latent_dim":{LATENT},"downsampling_ratio":4096,"io_channels":2}}}}}}}}"#,
+        side("in_channels", r#","conv_mapping":false,"mask_noise":0.0"#),
+        side(
+            "out_channels",
+            r#","conv_mapping":true,"sinusoidal_blocks":[0],"mask_noise":0.01"#
+        ),
+    )
+}
+
+/// Random real-shape weights (uniform ±1/sqrt(fan_in), DyT α = 0.5) in the official key layout.
+fn write_weights(dir: &Path) -> Result<PathBuf, String> {
+    let mut rng = GaussianNoise::new(20240531);
+    let mut tensors: Vec<(String, Tensor)> = Vec::new();
+    let mut add = |name: String,
+                   shape: &[usize],
+                   scale: f32,
+                   rng: &mut GaussianNoise|
+     -> Result<(), String> {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| rng.sample() * scale).collect();
+        tensors.push((
+            format!("pretransform.model.{name}"),
+            Tensor::from_vec(v, shape).map_err(|e| e.to_string())?,
+        ));
+        Ok(())
+    };
+    let fan = |k: usize| 1.0 / (k as f32).sqrt();
+    let block =
+        |p: &str,
+         rng: &mut GaussianNoise,
+         add: &mut dyn FnMut(String, &[usize], f32, &mut GaussianNoise) -> Result<(), String>|
+         -> Result<(), String> {
+            for j in 0..DEPTH {
+                let b = format!("{p}.transformers.{j}");
+                for norm in ["pre_norm", "ff_norm"] {
+                    add(format!("{b}.{norm}.alpha"), &[1], 0.0, rng)?;
+                    add(format!("{b}.{norm}.gamma"), &[D], 0.1, rng)?;
+                    add(format!("{b}.{norm}.beta"), &[D], 0.01, rng)?;
+                }
+                for norm in ["q_norm", "k_norm"] {
+                    add(format!("{b}.self_attn.{norm}.alpha"), &[1], 0.0, rng)?;
+                    add(format!("{b}.self_attn.{norm}.gamma"), &[64], 0.1, rng)?;
+                    add(format!("{b}.self_attn.{norm}.beta"), &[64], 0.01, rng)?;
+                }
+                add(
+                    format!("{b}.self_attn.to_qkv.weight"),
+                    &[5 * D, D],
+                    fan(D),
+                    rng,
+                )?;
+                add(format!("{b}.self_attn.to_out.weight"), &[D, D], fan(D), rng)?;
+                add(format!("{b}.ff.ff.0.proj.weight"), &[6 * D, D], fan(D), rng)?;
+                add(format!("{b}.ff.ff.0.proj.bias"), &[6 * D], 0.01, rng)?;
+                add(format!("{b}.ff.ff.2.weight"), &[D, 3 * D], fan(3 * D), rng)?;
+                add(format!("{b}.ff.ff.2.bias"), &[D], 0.01, rng)?;
+                add(format!("{b}.rope.inv_freq"), &[16], 0.0, rng)?;
+            }
+            Ok(())
+        };
+    block("encoder.layers.0", &mut rng, &mut add)?;
+    block("decoder.layers.3", &mut rng, &mut add)?;
+    add(
+        "encoder.layers.0.mapping.weight_g".into(),
+        &[D, 1, 1],
+        1.0,
+        &mut rng,
+    )?;
+    add(
+        "encoder.layers.0.mapping.weight_v".into(),
+        &[D, FEATS, 1],
+        1.0,
+        &mut rng,
+    )?;
+    add("encoder.layers.0.mapping.bias".into(), &[D], 0.01, &mut rng)?;
+    add(
+        "encoder.layers.0.new_tokens".into(),
+        &[1, 1, D],
+        1.0,
+        &mut rng,
+    )?;
+    add(
+        "encoder.layers.2.weight".into(),
+        &[LATENT, D],
+        fan(D),
+        &mut rng,
+    )?;
+    add("encoder.layers.2.bias".into(), &[LATENT], 0.01, &mut rng)?;
+    add(
+        "decoder.layers.1.weight".into(),
+        &[D, LATENT],
+        fan(LATENT),
+        &mut rng,
+    )?;
+    add("decoder.layers.1.bias".into(), &[D], 0.01, &mut rng)?;
+    add(
+        "decoder.layers.3.new_tokens".into(),
+        &[1, 1, D],
+        1.0,
+        &mut rng,
+    )?;
+    add(
+        "decoder.layers.3.mapping.weight_g".into(),
+        &[FEATS, 1, 1],
+        1.0,
+        &mut rng,
+    )?;
+    add(
+        "decoder.layers.3.mapping.weight_v".into(),
+        &[FEATS, D, 3],
+        1.0,
+        &mut rng,
+    )?;
+    add(
+        "decoder.layers.3.mapping.bias".into(),
+        &[FEATS],
+        0.01,
+        &mut rng,
+    )?;
+    add(
+        "bottleneck.scaling_factor".into(),
+        &[1, LATENT, 1],
+        1.0,
+        &mut rng,
+    )?;
+    add("bottleneck.bias".into(), &[1, LATENT, 1], 0.01, &mut rng)?;
+    add("bottleneck.running_std".into(), &[1], 0.0, &mut rng)?;
+    // Fixed values: DyT α, RoPE frequencies, running_std.
+    for (name, t) in tensors.iter_mut() {
+        let fixed: Option<Vec<f32>> = if name.ends_with(".alpha") {
+            Some(vec![0.5])
+        } else if name.ends_with("rope.inv_freq") {
+            Some(
+                (0..16)
+                    .map(|i| 1.0 / 10000f32.powf(2.0 * i as f32 / 32.0))
+                    .collect(),
+            )
+        } else if name.ends_with("running_std") {
+            Some(vec![1.3])
+        } else {
+            None
+        };
+        if let Some(v) = fixed {
+            let shape = t.shape().to_vec();
+            *t = Tensor::from_vec(v, &shape).map_err(|e| e.to_string())?;
+        }
+    }
+    let path = dir.join("same_s_random.safetensors");
+    let refs: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    aria_core::save_safetensors(&path, &refs, None).map_err(|e| e.to_string())?;
+    Ok(path)
+}
+
+fn peak_rss_mib() -> f64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Child: `--child MODE T REPS DIR` → prints `RESULT <median s> <peak MiB>`.
+fn child(args: &[String]) -> Result<(), String> {
+    let [mode, t, reps, dir] = args else {
+        return Err("child: MODE T REPS DIR".into());
+    };
+    let t: usize = t.parse().map_err(|_| "bad T")?;
+    let reps: usize = reps.parse().map_err(|_| "bad REPS")?;
+    let dir = PathBuf::from(dir);
+    let cfg = AutoencoderConfig::from_model_config(dir.join("model_config.json"))
+        .map_err(|e| e.to_string())?;
+    let loader =
+        WeightLoader::open(&[dir.join("same_s_random.safetensors")]).map_err(|e| e.to_string())?;
+    let ae = Autoencoder::load(&cfg, &loader).map_err(|e| e.to_string())?;
+    let z = GaussianNoise::new(7)
+        .normal(&[1, LATENT, t])
+        .map_err(|e| e.to_string())?;
+    let mut times = Vec::new();
+    for _ in 0..reps.max(1) {
+        let t0 = Instant::now();
+        let out = match mode.as_str() {
+            "whole" => ae.decode(&z, None),
+            "chunked" => ae.decode_chunked(&z, None),
+            "windowed" => WindowedDecoder::new(&ae, 0).decode(&z),
+            "streaming" => {
+                // Latents arrive 16 at a time; emitted audio is dropped (written out).
+                let mut s = StreamingDecoder::new(&ae, 0);
+                let mut n = 0usize;
+                let mut at = 0;
+                while at < t {
+                    let k = 16.min(t - at);
+                    let part = z
+                        .narrow(2, at, k)
+                        .and_then(|p| p.contiguous())
+                        .map_err(|e| e.to_string())?;
+                    n += s.push(&part).map_err(|e| e.to_string())?.shape()[2];
+                    at += k;
+                }
+                n += s.finish().map_err(|e| e.to_string())?.shape()[2];
+                Tensor::from_vec(vec![n as f32], &[1]).map_err(Into::into)
+            }
+            m => return Err(format!("unknown mode {m}")),
+        }
+        .map_err(|e| e.to_string())?;
+        times.push(t0.elapsed().as_secs_f64());
+        drop(out);
+    }
+    println!("RESULT {} {}", median(&mut times), peak_rss_mib());
+    Ok(())
+}
+
+fn measure(dir: &Path, mode: &str, t: usize, reps: usize) -> Result<(f64, f64), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = Command::new(exe)
+        .args([
+            "bench",
+            "codec",
+            "--child",
+            mode,
+            &t.to_string(),
+            &reps.to_string(),
+        ])
+        .arg(dir)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("RESULT "))
+        .ok_or_else(|| {
+            format!(
+                "child {mode} T={t} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })?;
+    let v: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    match v.as_slice() {
+        [s, m] => Ok((*s, *m)),
+        _ => Err(format!("bad child output `{line}`")),
+    }
+}
+
+fn list(s: &str) -> Result<Vec<f64>, String> {
+    s.split(',')
+        .map(|x| {
+            x.trim()
+                .parse::<f64>()
+                .map_err(|_| format!("bad number `{x}`"))
+        })
+        .collect()
+}
+
+/// Run the benchmark.
+pub fn run(args: &[String]) -> Result<(), String> {
+    if args.first().map(String::as_str) == Some("--child") {
+        return child(&args[1..]);
+    }
+    let mut reps = 3;
+    let mut durations = vec![10.0, 30.0];
+    let mut mem_durations = vec![10.0, 60.0, 120.0];
+    let mut skip_mem = false;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--reps" => reps = it.next().and_then(|v| v.parse().ok()).ok_or("--reps N")?,
+            "--durations" => durations = list(it.next().ok_or("--durations A,B")?)?,
+            "--mem-durations" => mem_durations = list(it.next().ok_or("--mem-durations A,B,C")?)?,
+            "--skip-mem" => skip_mem = true,
+            o => return Err(format!("unknown option `{o}`")),
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("aria-bench-codec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let res = (|| -> Result<(), String> {
+        std::fs::write(dir.join("model_config.json"), config_json()).map_err(|e| e.to_string())?;
+        eprintln!("writing random SAME-S weights (D={D}, {DEPTH} blocks) ...");
+        write_weights(&dir)?;
+        println!(
+            "SAME-S decode, random real-shape weights, {} threads, median of {reps}",
+            rayon_threads()
+        );
+        println!(
+            "{:>6} {:>5} {:>10} {:>9} {:>10} {:>14}",
+            "audio", "T", "mode", "seconds", "peak MiB", "vs whole"
+        );
+        for &secs in &durations {
+            let t = latents_for(secs);
+            let (whole, wm) = measure(&dir, "whole", t, reps)?;
+            println!(
+                "{:>5}s {t:>5} {:>10} {whole:>9.3} {wm:>10.0} {:>14}",
+                secs, "whole", "1.00"
+            );
+            for mode in ["chunked", "windowed", "streaming"] {
+                let (s, m) = measure(&dir, mode, t, reps)?;
+                println!(
+                    "{:>5}s {t:>5} {mode:>10} {s:>9.3} {m:>10.0} {:>14.2}",
+                    secs,
+                    s / whole
+                );
+            }
+            if let Some((_, u, c)) = OFFICIAL.iter().find(|o| o.0 == secs) {
+                println!(
+                    "        official PyTorch (quoted, 2 threads): unchunked {u} s, chunked {c} s -> aria whole is {:.2}x of unchunked",
+                    whole / u
+                );
+            }
+        }
+        if !skip_mem {
+            println!("peak RSS vs duration (one child process per point, reps 1):");
+            println!(
+                "{:>6} {:>5} {:>10} {:>9} {:>10}",
+                "audio", "T", "mode", "seconds", "peak MiB"
+            );
+            for mode in ["windowed", "streaming", "chunked"] {
+                for &secs in &mem_durations {
+                    let t = latents_for(secs);
+                    let (s, m) = measure(&dir, mode, t, 1)?;
+                    println!("{:>5}s {t:>5} {mode:>10} {s:>9.3} {m:>10.0}", secs);
+                }
+            }
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    res
+}
+
+fn rayon_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }

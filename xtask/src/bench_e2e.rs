@@ -1,6 +1,227 @@
-//! `cargo xtask` task module (in progress).
+//! `cargo xtask bench e2e`: the whole text-to-audio run on a real-shape checkpoint.
+//!
+//! Each measurement runs in a fresh child process (so "ready" is the time from process start
+//! to a loaded model, and the peak resident set is that of one generation): load, encode the
+//! prompt, 8 sampler steps, decode. Reported per clip length (medians over `--reps`): ready,
+//! text, mean step, decode, total (process start to audio), peak RSS (`VmHWM`), and the DiT's
+//! arithmetic rate as a share of this machine's f32 FMA peak measured in the same run.
+//!
+//! Options: `--model DIR` (default: a random small-music checkpoint, f32, written once under
+//! `target/bench-models/`), `--seconds a,b` (default 10,30), `--reps N` (default 1),
+//! `--steps N` (default 8).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use aria::discover::{resolve_model, SearchPaths};
+use aria::pipeline::{GenerateRequest, LoadOptions, Pipeline};
+use aria::synth::{self, Preset};
+use aria::SeededNoise;
+
+struct Opts {
+    model: Option<PathBuf>,
+    seconds: Vec<f64>,
+    reps: usize,
+    steps: usize,
+}
+
+fn parse(args: &[String]) -> Result<Opts, String> {
+    let mut o = Opts { model: None, seconds: vec![10.0, 30.0], reps: 1, steps: 8 };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = |n: &str| it.next().cloned().ok_or_else(|| format!("{n} needs a value"));
+        match a.as_str() {
+            "--model" => o.model = Some(PathBuf::from(val("--model")?)),
+            "--seconds" => {
+                o.seconds = val("--seconds")?
+                    .split(',')
+                    .map(|s| s.trim().parse::<f64>().map_err(|_| format!("bad --seconds `{s}`")))
+                    .collect::<Result<_, _>>()?
+            }
+            "--reps" => o.reps = val("--reps")?.parse().map_err(|_| "--reps needs an integer".to_string())?,
+            "--steps" => o.steps = val("--steps")?.parse().map_err(|_| "--steps needs an integer".to_string())?,
+            other => return Err(format!("unknown option `{other}`")),
+        }
+    }
+    Ok(o)
+}
+
+/// Seconds since this process started (Linux `/proc`; `None` elsewhere).
+fn process_age() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which is in parentheses and may contain spaces).
+    let rest = stat.rsplit_once(')')?.1;
+    let start_ticks: f64 = rest.split_whitespace().nth(19)?.parse().ok()?;
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime").ok()?.split_whitespace().next()?.parse().ok()?;
+    // Linux reports start times in clock ticks of 1/100 s (USER_HZ).
+    Some(uptime - start_ticks / 100.0)
+}
+
+/// Peak resident set size in bytes (`VmHWM`).
+fn vm_hwm() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// f32 FMA peak of one core in GFLOP/s (10 independent 8-lane FMA chains).
+#[cfg(target_arch = "x86_64")]
+fn fma_peak_gflops() -> Option<f64> {
+    use std::arch::x86_64::*;
+    if !(std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")) {
+        return None;
+    }
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn chains(iters: usize) -> f32 {
+        let a = _mm256_set1_ps(1e-7);
+        let b = _mm256_set1_ps(0.999_999);
+        let mut c = [_mm256_set1_ps(1.0); 10];
+        for _ in 0..iters {
+            for v in c.iter_mut() {
+                *v = _mm256_fmadd_ps(*v, b, a);
+            }
+        }
+        let mut s = _mm256_setzero_ps();
+        for v in c {
+            s = _mm256_add_ps(s, v);
+        }
+        let mut out = [0f32; 8];
+        _mm256_storeu_ps(out.as_mut_ptr(), s);
+        out.iter().sum()
+    }
+    let iters = 20_000_000;
+    let mut best = 0f64;
+    for _ in 0..3 {
+        let t = Instant::now();
+        // SAFETY: the CPU supports AVX2 and FMA (checked above); the loop only uses registers.
+        let r = unsafe { chains(iters) };
+        std::hint::black_box(r);
+        best = best.max((iters * 10 * 8 * 2) as f64 / t.elapsed().as_secs_f64() / 1e9);
+    }
+    Some(best)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn fma_peak_gflops() -> Option<f64> {
+    None
+}
+
+/// The child: one generation, printed as `RESULT key=value ...`.
+fn child(model: &Path, seconds: f64, steps: usize) -> Result<(), String> {
+    let files = resolve_model(&model.display().to_string(), &SearchPaths::default()).map_err(|e| e.to_string())?;
+    let pipe = Pipeline::load(&files, &LoadOptions::default()).map_err(|e| e.to_string())?;
+    let ready = process_age().unwrap_or(0.0);
+    let t0 = Instant::now();
+    let mut req = GenerateRequest::new("warm ambient pad with soft rain", seconds);
+    req.steps = steps;
+    let out = pipe
+        .generate(&req, &mut SeededNoise::new(0), &mut |_| std::ops::ControlFlow::Continue(()))
+        .map_err(|e| e.to_string())?;
+    let gen = t0.elapsed().as_secs_f64();
+    let t = &out.timings;
+    let step = t.steps.iter().map(|d| d.as_secs_f64()).sum::<f64>() / t.steps.len().max(1) as f64;
+    let cfg = &pipe.config().model.diffusion.config;
+    // DiT FLOPs per step and layer: per token 18·E² multiply-adds (self q/k/v/out 4E², cross
+    // q/out 2E², SwiGLU FF 12E²), self-attention 4·N²·E, cross-attention 4·N·257·E.
+    let n = (cfg.num_memory_tokens + out.lengths.latents) as f64;
+    let e = cfg.embed_dim as f64;
+    let per_layer = 2.0 * 18.0 * e * e * n + 4.0 * n * n * e + 4.0 * n * 257.0 * e;
+    let dit_flops = per_layer * cfg.depth as f64;
+    println!(
+        "RESULT ready={ready:.3} text={:.3} step={step:.3} decode={:.3} total={:.3} rss={} latents={} dit_gflops={:.1}",
+        t.text.as_secs_f64(),
+        t.decode.as_secs_f64(),
+        ready + gen,
+        vm_hwm().unwrap_or(0),
+        out.lengths.latents,
+        dit_flops / step / 1e9
+    );
+    Ok(())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v[v.len() / 2]
+}
+
+fn default_model() -> Result<PathBuf, String> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench-models/small-music-f32");
+    if aria::discover::missing_files(&dir).is_empty() {
+        return Ok(dir);
+    }
+    eprintln!("writing a random small-music checkpoint (f32) to {} ...", dir.display());
+    let t = Instant::now();
+    synth::write_model(&dir, Preset::SmallMusic, aria_core::DType::F32, 0, &mut |_, _| {}).map_err(|e| e.to_string())?;
+    eprintln!("  done in {:.1} s", t.elapsed().as_secs_f64());
+    Ok(dir)
+}
 
 /// Run the task with its arguments.
-pub fn run(_args: &[String]) -> Result<(), String> {
-    Err("not implemented yet".into())
+pub fn run(args: &[String]) -> Result<(), String> {
+    if args.first().map(String::as_str) == Some("--child") {
+        let model = args.get(1).ok_or("--child MODEL SECONDS STEPS")?;
+        let secs: f64 = args.get(2).and_then(|s| s.parse().ok()).ok_or("--child: seconds")?;
+        let steps: usize = args.get(3).and_then(|s| s.parse().ok()).ok_or("--child: steps")?;
+        return child(Path::new(model), secs, steps);
+    }
+    let o = parse(args)?;
+    let model = match &o.model {
+        Some(m) => m.clone(),
+        None => default_model()?,
+    };
+    let peak = fma_peak_gflops();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    println!("model: {}", model.display());
+    println!(
+        "f32 FMA peak: {} GFLOP/s per core ({threads} threads available)",
+        peak.map_or("n/a".to_string(), |p| format!("{p:.1}"))
+    );
+    println!(
+        "{:>6} {:>5} {:>8} {:>8} {:>9} {:>8} {:>8} {:>9} {:>10} {:>12}",
+        "clip", "T", "ready", "text", "step", "decode", "total", "peak RSS", "DiT GF/s", "% FMA peak"
+    );
+    for &secs in &o.seconds {
+        let mut rows: Vec<Vec<(String, f64)>> = Vec::new();
+        for _ in 0..o.reps.max(1) {
+            let out = Command::new(&exe)
+                .args(["bench", "e2e", "--child", &model.display().to_string(), &secs.to_string(), &o.steps.to_string()])
+                .output()
+                .map_err(|e| e.to_string())?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            let line = text.lines().find(|l| l.starts_with("RESULT")).ok_or_else(|| {
+                format!("child failed: {}", String::from_utf8_lossy(&out.stderr).trim())
+            })?;
+            rows.push(
+                line.split_whitespace()
+                    .skip(1)
+                    .filter_map(|kv| kv.split_once('='))
+                    .filter_map(|(k, v)| v.parse::<f64>().ok().map(|v| (k.to_string(), v)))
+                    .collect(),
+            );
+        }
+        let m = |k: &str| median(rows.iter().filter_map(|r| r.iter().find(|(kk, _)| kk == k).map(|x| x.1)).collect());
+        let gf = m("dit_gflops");
+        let pct = peak.map_or("n/a".to_string(), |p| format!("{:.0} %", 100.0 * gf / (p * threads as f64)));
+        println!(
+            "{:>5.0}s {:>5} {:>7.2}s {:>7.2}s {:>8.2}s {:>7.2}s {:>7.2}s {:>7.2}GB {:>10.1} {:>12}",
+            secs,
+            m("latents"),
+            m("ready"),
+            m("text"),
+            m("step"),
+            m("decode"),
+            m("total"),
+            m("rss") / 1e9,
+            gf,
+            pct
+        );
+    }
+    println!("targets: ready <= 1 s, peak RSS <= 3.0 GB (f32 weights), total <= 12 s");
+    Ok(())
 }

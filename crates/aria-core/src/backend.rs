@@ -70,6 +70,9 @@ pub trait Backend: Send + Sync {
 
     /// `y = x·Wᵀ + b` with `x [.., K]`, `w [N, K]`, `b [N]`; see [`crate::ops::linear`].
     fn linear(&self, _x: &Tensor, _w: &Tensor, _b: Option<&Tensor>) -> Result<Tensor> {
-        Err(CoreError::Unsupported { op: "linear", backend: self.name().to_string() })
+        Err(CoreError::Unsupported {
+            op: "linear",
+            backend: self.name().to_string(),
+        })
     }
 }

@@ -63,12 +63,15 @@ mod sealed {
 }
 
 /// A Rust type that can be the element of a CPU tensor.
-pub trait Elem: sealed::Sealed + bytemuck::Pod + Copy + Send + Sync + 'static + std::fmt::Debug {
+pub trait Elem:
+    sealed::Sealed + bytemuck::Pod + Copy + Send + Sync + 'static + std::fmt::Debug
+{
     /// The matching [`DType`].
     const DTYPE: DType;
     /// Widen to f32 (integers are converted by value).
     fn to_f32(self) -> f32;
-    /// Narrow from f32 (round to nearest even for floats; saturating for integers).
+    /// Narrow from f32 (round to nearest even for floats; integers truncate toward zero and
+    /// saturate, NaN becomes 0, as Rust's `as` and PyTorch's `.to(int)` do).
     fn from_f32(v: f32) -> Self;
 }
 

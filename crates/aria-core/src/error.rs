@@ -22,11 +22,13 @@ pub enum CoreError {
         source: std::io::Error,
     },
     /// A safetensors file whose header or layout is invalid (corrupt, truncated, hostile).
-    #[error("{path}: invalid safetensors file: {reason}")]
+    #[error("{path}: invalid safetensors file ({kind}): {reason}")]
     SafeTensors {
         /// The file.
         path: PathBuf,
-        /// What is wrong.
+        /// Which rule the file breaks.
+        kind: SafeTensorsErrorKind,
+        /// What is wrong, naming the tensor when one is involved.
         reason: String,
     },
     /// A tensor was requested that no loaded file contains.
@@ -50,10 +52,12 @@ pub enum CoreError {
         found: Vec<usize>,
     },
     /// A tensor's dtype is not what was asked for and cannot be converted.
-    #[error("tensor `{name}`: dtype {found:?} where {expected} was expected")]
+    #[error("tensor `{name}` in {file}: dtype {found} where {expected} was expected")]
     WeightDType {
         /// Full tensor name.
         name: String,
+        /// File that holds it.
+        file: String,
         /// Expected dtype(s), in words.
         expected: String,
         /// Dtype found.
@@ -116,6 +120,50 @@ pub enum CoreError {
     /// An invalid argument (out-of-range index, zero-sized window...).
     #[error("{0}")]
     Invalid(String),
+}
+
+/// The rule of the safetensors format that a [`CoreError::SafeTensors`] file breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SafeTensorsErrorKind {
+    /// The file is shorter than the 8-byte header length.
+    TooSmall,
+    /// The declared header length exceeds the format's limit (100 000 000 bytes).
+    HeaderTooLarge,
+    /// The declared header length runs past the end of the file.
+    HeaderLength,
+    /// The header is not valid UTF-8 JSON of the expected structure (an object of tensor
+    /// entries `{dtype, shape, data_offsets}` plus an optional string-to-string
+    /// `__metadata__`).
+    Header,
+    /// A tensor's byte length does not match its dtype and shape, or its shape overflows.
+    TensorSize,
+    /// Tensor byte ranges are not laid out back to back from the start of the data section
+    /// (a gap, an overlap or a reversed range).
+    Offsets,
+    /// The data section is shorter or longer than the tensors declared in the header
+    /// (truncated file or trailing bytes).
+    DataLength,
+    /// The same tensor name appears in two shards of one checkpoint.
+    DuplicateTensor,
+    /// A tensor cannot be written (reserved or repeated name).
+    Write,
+}
+
+impl std::fmt::Display for SafeTensorsErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SafeTensorsErrorKind::TooSmall => "file too small",
+            SafeTensorsErrorKind::HeaderTooLarge => "header too large",
+            SafeTensorsErrorKind::HeaderLength => "header length past end of file",
+            SafeTensorsErrorKind::Header => "malformed header",
+            SafeTensorsErrorKind::TensorSize => "tensor size mismatch",
+            SafeTensorsErrorKind::Offsets => "bad data offsets",
+            SafeTensorsErrorKind::DataLength => "data section length mismatch",
+            SafeTensorsErrorKind::DuplicateTensor => "duplicate tensor",
+            SafeTensorsErrorKind::Write => "cannot write",
+        })
+    }
 }
 
 impl CoreError {

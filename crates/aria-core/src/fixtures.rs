@@ -21,12 +21,7 @@ pub fn fixtures_root() -> Option<PathBuf> {
                 .collect()
         }
     };
-    for c in candidates {
-        if c.join("README.md").is_file() {
-            return Some(c);
-        }
-    }
-    None
+    candidates.into_iter().find(|c| c.join("README.md").is_file())
 }
 
 /// A fixture path (file or folder) relative to the fixtures root. Returns `None` (and prints

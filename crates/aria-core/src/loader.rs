@@ -16,7 +16,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use memmap2::Mmap;
+use serde::Deserialize;
 
+pub use crate::error::SafeTensorsErrorKind;
 use crate::storage::Storage;
 use crate::tensor::contiguous_strides;
 use crate::{CoreError, DType, Result, Tensor};
@@ -43,115 +45,280 @@ pub struct SafeTensorsFile {
     metadata: HashMap<String, String>,
 }
 
-fn st_err(path: &Path, reason: impl Into<String>) -> CoreError {
-    CoreError::SafeTensors { path: path.to_path_buf(), reason: reason.into() }
+fn st_err(path: &Path, kind: SafeTensorsErrorKind, reason: impl Into<String>) -> CoreError {
+    CoreError::SafeTensors {
+        path: path.to_path_buf(),
+        kind,
+        reason: reason.into(),
+    }
 }
 
-/// Parse and validate a safetensors header. Returns the tensor table (with absolute offsets) and
-/// the `__metadata__` map. Never panics, whatever the bytes.
-pub fn parse_header(
-    path: &Path,
-    bytes: &[u8],
-) -> Result<(BTreeMap<String, TensorInfo>, HashMap<String, String>)> {
-    if bytes.len() < 8 {
-        return Err(st_err(path, format!("file is {} bytes, shorter than the 8-byte header length", bytes.len())));
+/// Largest header the safetensors format allows, in bytes.
+pub const MAX_HEADER_LEN: u64 = 100_000_000;
+
+/// Every dtype name the safetensors format defines (deserialized exactly as the reference
+/// implementation does, so both accept the same headers).
+#[derive(serde::Deserialize, Clone, Copy, Debug)]
+#[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+enum StDtype {
+    BOOL,
+    F4,
+    F6_E2M3,
+    F6_E3M2,
+    U8,
+    I8,
+    F8_E5M2,
+    F8_E4M3,
+    F8_E8M0,
+    F8_E4M3FNUZ,
+    F8_E5M2FNUZ,
+    I16,
+    U16,
+    F16,
+    BF16,
+    I32,
+    U32,
+    F32,
+    C64,
+    F64,
+    I64,
+    U64,
+}
+
+impl StDtype {
+    fn aria(self) -> Option<DType> {
+        Some(match self {
+            StDtype::F32 => DType::F32,
+            StDtype::F16 => DType::F16,
+            StDtype::BF16 => DType::BF16,
+            StDtype::I8 => DType::I8,
+            StDtype::U8 | StDtype::BOOL => DType::U8,
+            StDtype::I64 => DType::I64,
+            _ => return None,
+        })
     }
-    let mut n8 = [0u8; 8];
-    n8.copy_from_slice(&bytes[..8]);
-    let n = u64::from_le_bytes(n8);
-    let avail = (bytes.len() - 8) as u64;
-    if n > avail {
-        return Err(st_err(path, format!("header length {n} exceeds the {avail} bytes that follow (truncated file?)")));
+}
+
+/// A tensor entry as the safetensors format spells it (unknown fields are ignored, as the
+/// reference implementation does).
+#[derive(serde::Deserialize)]
+struct StEntry<D> {
+    dtype: D,
+    shape: Vec<usize>,
+    data_offsets: (usize, usize),
+}
+
+/// The whole header, with the reference implementation's structure and serde semantics (later
+/// duplicate tensor names win; a repeated `__metadata__` is an error).
+#[derive(serde::Deserialize)]
+struct StHeader {
+    #[serde(rename = "__metadata__")]
+    metadata: Option<HashMap<String, String>>,
+    #[serde(flatten)]
+    tensors: BTreeMap<String, StEntry<StDtype>>,
+}
+
+fn unsupported(path: &Path, name: &str, dtype: String) -> CoreError {
+    CoreError::UnsupportedDType {
+        name: name.to_string(),
+        file: path.display().to_string(),
+        dtype,
     }
-    if n > 100 * 1024 * 1024 {
-        return Err(st_err(path, format!("header length {n} is absurdly large")));
-    }
-    let header = &bytes[8..8 + n as usize];
-    let json: serde_json::Value = serde_json::from_slice(header)
-        .map_err(|e| st_err(path, format!("header is not valid JSON: {e}")))?;
-    let obj = json.as_object().ok_or_else(|| st_err(path, "header is not a JSON object"))?;
-    let data_start = 8 + n as usize;
-    let data_len = bytes.len() - data_start;
-    let mut tensors = BTreeMap::new();
-    let mut metadata = HashMap::new();
-    let mut ranges: Vec<(usize, usize, &str)> = Vec::new();
-    for (name, v) in obj {
+}
+
+/// Why `text` failed the strict parse: names the tensor or key at fault when it can.
+fn explain_header(path: &Path, text: &str, err: serde_json::Error) -> CoreError {
+    use SafeTensorsErrorKind as K;
+    let obj = match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Object(obj)) => obj,
+        Ok(_) => return st_err(path, K::Header, "header is not a JSON object"),
+        Err(e) => return st_err(path, K::Header, format!("header is not valid JSON: {e}")),
+    };
+    for (name, v) in &obj {
         if name == "__metadata__" {
-            if let Some(m) = v.as_object() {
-                for (k, v) in m {
-                    let s = v.as_str().ok_or_else(|| st_err(path, format!("metadata `{k}` is not a string")))?;
-                    metadata.insert(k.clone(), s.to_string());
-                }
-            } else {
-                return Err(st_err(path, "__metadata__ is not an object"));
+            if let Err(e) = Option::<HashMap<String, String>>::deserialize(v) {
+                return st_err(
+                    path,
+                    K::Header,
+                    format!("`__metadata__` is not a map of strings: {e}"),
+                );
             }
             continue;
         }
-        let entry = v.as_object().ok_or_else(|| st_err(path, format!("entry `{name}` is not an object")))?;
-        let dt = entry
-            .get("dtype")
-            .and_then(|d| d.as_str())
-            .ok_or_else(|| st_err(path, format!("tensor `{name}` has no dtype")))?;
-        let dtype = match dt {
-            "F32" => DType::F32,
-            "F16" => DType::F16,
-            "BF16" => DType::BF16,
-            "I8" => DType::I8,
-            "U8" | "BOOL" => DType::U8,
-            "I64" => DType::I64,
-            other => {
-                return Err(CoreError::UnsupportedDType {
-                    name: name.clone(),
-                    file: path.display().to_string(),
-                    dtype: other.to_string(),
-                })
+        let entry = match StEntry::<serde_json::Value>::deserialize(v) {
+            Ok(entry) => entry,
+            Err(e) => {
+                return st_err(
+                    path,
+                    K::Header,
+                    format!("tensor `{name}` has a malformed entry: {e}"),
+                )
             }
         };
-        let shape: Vec<usize> = entry
-            .get("shape")
-            .and_then(|s| s.as_array())
-            .ok_or_else(|| st_err(path, format!("tensor `{name}` has no shape")))?
-            .iter()
-            .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
-            .collect::<Option<_>>()
-            .ok_or_else(|| st_err(path, format!("tensor `{name}` has a non-integer dimension")))?;
-        let offs = entry
-            .get("data_offsets")
-            .and_then(|s| s.as_array())
-            .filter(|a| a.len() == 2)
-            .ok_or_else(|| st_err(path, format!("tensor `{name}` has no data_offsets pair")))?;
-        let (b, e) = match (offs[0].as_u64(), offs[1].as_u64()) {
-            (Some(b), Some(e)) if b <= e => (b as usize, e as usize),
-            _ => return Err(st_err(path, format!("tensor `{name}` has invalid data_offsets"))),
-        };
-        let count = shape
+        if StDtype::deserialize(&entry.dtype).is_err() {
+            return match entry.dtype {
+                serde_json::Value::String(dt) => unsupported(path, name, dt),
+                other => st_err(
+                    path,
+                    K::Header,
+                    format!("tensor `{name}` has dtype {other}"),
+                ),
+            };
+        }
+    }
+    st_err(path, K::Header, format!("malformed header: {err}"))
+}
+
+/// The tensor table of a safetensors header: tensor infos with absolute byte offsets, and the
+/// `__metadata__` map.
+pub type Header = (BTreeMap<String, TensorInfo>, HashMap<String, String>);
+
+/// Parse and validate a safetensors file held in `bytes` (`path` only names it in errors).
+///
+/// Accepts exactly the files the reference `safetensors` implementation accepts, except those
+/// holding a dtype aria does not handle ([`CoreError::UnsupportedDType`]): header length within
+/// [`MAX_HEADER_LEN`] and the file, a UTF-8 JSON object of `{dtype, shape, data_offsets}` entries
+/// plus an optional string-to-string `__metadata__`, byte lengths that match dtype × shape, and
+/// tensor ranges that tile the data section back to back with nothing left over. Returns the
+/// tensor table (absolute offsets) and the metadata. Never panics, whatever the bytes; every
+/// error is a [`CoreError::SafeTensors`] whose [`SafeTensorsErrorKind`] says which rule broke
+/// and whose message names the tensor involved.
+pub fn parse_header(path: &Path, bytes: &[u8]) -> Result<Header> {
+    use SafeTensorsErrorKind as K;
+    let Some(n8) = bytes.first_chunk::<8>() else {
+        return Err(st_err(
+            path,
+            K::TooSmall,
+            format!(
+                "file is {} bytes, shorter than the 8-byte header length",
+                bytes.len()
+            ),
+        ));
+    };
+    let n = u64::from_le_bytes(*n8);
+    if n > MAX_HEADER_LEN {
+        return Err(st_err(
+            path,
+            K::HeaderTooLarge,
+            format!("header length {n} exceeds the format limit of {MAX_HEADER_LEN} bytes"),
+        ));
+    }
+    // n ≤ 1e8, so it fits a usize on every supported target.
+    let n = n as usize;
+    let data_start = 8 + n;
+    let Some(header) = bytes.get(8..data_start) else {
+        return Err(st_err(
+            path,
+            K::HeaderLength,
+            format!(
+                "header length {n} exceeds the {} bytes that follow it (truncated file?)",
+                bytes.len() - 8
+            ),
+        ));
+    };
+    let text = std::str::from_utf8(header)
+        .map_err(|e| st_err(path, K::Header, format!("header is not UTF-8: {e}")))?;
+    let parsed: StHeader = serde_json::from_str(text).map_err(|e| explain_header(path, text, e))?;
+    let data_len = bytes.len() - data_start;
+    let mut tensors = BTreeMap::new();
+    let metadata = parsed.metadata.unwrap_or_default();
+    let mut ranges: Vec<(usize, usize, &str)> = Vec::with_capacity(parsed.tensors.len());
+    for (name, raw) in &parsed.tensors {
+        let dtype = raw
+            .dtype
+            .aria()
+            .ok_or_else(|| unsupported(path, name, format!("{:?}", raw.dtype)))?;
+        let (b, e) = raw.data_offsets;
+        let shape = raw.shape.clone();
+        let size = shape
             .iter()
             .try_fold(1usize, |a, &d| a.checked_mul(d))
             .and_then(|c| c.checked_mul(dtype.size()))
-            .ok_or_else(|| st_err(path, format!("tensor `{name}` shape {shape:?} overflows")))?;
-        if e - b != count {
+            .ok_or_else(|| {
+                st_err(
+                    path,
+                    K::TensorSize,
+                    format!("tensor `{name}` shape {shape:?} overflows"),
+                )
+            })?;
+        if e < b {
             return Err(st_err(
                 path,
-                format!("tensor `{name}` ({dtype} {shape:?}) needs {count} bytes but data_offsets span {}", e - b),
+                K::Offsets,
+                format!("tensor `{name}` has reversed data_offsets [{b}, {e}]"),
             ));
         }
-        if e > data_len {
+        if e - b != size {
             return Err(st_err(
                 path,
-                format!("tensor `{name}` ends at byte {e} of a {data_len}-byte data section (truncated file?)"),
+                K::TensorSize,
+                format!(
+                    "tensor `{name}` ({dtype} {shape:?}) needs {size} bytes but data_offsets \
+                     [{b}, {e}] span {}",
+                    e - b
+                ),
             ));
         }
         ranges.push((b, e, name.as_str()));
         tensors.insert(
             name.clone(),
-            TensorInfo { dtype, shape, start: data_start + b, end: data_start + e },
+            // Relative for now: made absolute once the ranges are known to lie in the file.
+            TensorInfo {
+                dtype,
+                shape,
+                start: b,
+                end: e,
+            },
         );
     }
+    // The ranges must tile [0, end) back to back, in offset order.
     ranges.sort_unstable();
-    for w in ranges.windows(2) {
-        if w[1].0 < w[0].1 {
-            return Err(st_err(path, format!("tensors `{}` and `{}` overlap", w[0].2, w[1].2)));
+    let mut pos = 0usize;
+    let mut prev = "";
+    for &(b, e, name) in &ranges {
+        if b != pos {
+            let what = if b < pos {
+                "overlaps"
+            } else {
+                "leaves a gap after"
+            };
+            let after = if prev.is_empty() {
+                "the start of the data section".to_string()
+            } else {
+                format!("tensor `{prev}`")
+            };
+            return Err(st_err(
+                path,
+                K::Offsets,
+                format!("tensor `{name}` (data_offsets [{b}, {e}]) {what} {after} (ends at {pos})"),
+            ));
         }
+        pos = e;
+        prev = name;
+    }
+    if pos != data_len {
+        let reason = if pos > data_len {
+            format!(
+                "tensors need a {pos}-byte data section but only {data_len} bytes follow the \
+                 header (truncated file?); tensor `{prev}` ends at byte {pos}"
+            )
+        } else {
+            let last = if prev.is_empty() {
+                "the header".to_string()
+            } else {
+                format!("tensor `{prev}`, the last in the file,")
+            };
+            format!(
+                "{} trailing bytes after {last} (appended garbage?)",
+                data_len - pos
+            )
+        };
+        return Err(st_err(path, K::DataLength, reason));
+    }
+    // Every range ends within the data section, so these additions cannot overflow.
+    for info in tensors.values_mut() {
+        info.start += data_start;
+        info.end += data_start;
     }
     Ok((tensors, metadata))
 }
@@ -160,15 +327,45 @@ impl SafeTensorsFile {
     /// Map a file and validate its header.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let file = std::fs::File::open(path)
-            .map_err(|source| CoreError::Io { path: path.to_path_buf(), source })?;
+        let file = std::fs::File::open(path).map_err(|source| CoreError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
         // SAFETY: the mapping is read-only; aria never writes through it. Another process
         // truncating the file while it is mapped would be undefined behaviour, as with every
         // mmap-based loader; model files are treated as immutable.
-        let map = unsafe { Mmap::map(&file) }
-            .map_err(|source| CoreError::Io { path: path.to_path_buf(), source })?;
+        let map = unsafe { Mmap::map(&file) }.map_err(|source| CoreError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let (tensors, metadata) = parse_header(path, &map)?;
-        Ok(SafeTensorsFile { path: path.to_path_buf(), map: Arc::new(map), tensors, metadata })
+        Ok(SafeTensorsFile {
+            path: path.to_path_buf(),
+            map: Arc::new(map),
+            tensors,
+            metadata,
+        })
+    }
+
+    /// Validate a safetensors file held in memory (`name` only labels it in errors and in
+    /// [`SafeTensorsFile::path`]). The bytes are copied once into an anonymous page-aligned
+    /// mapping, so tensors are borrowed from it exactly as from a file.
+    pub fn from_bytes(name: impl Into<PathBuf>, bytes: &[u8]) -> Result<Self> {
+        let path = name.into();
+        let (tensors, metadata) = parse_header(&path, bytes)?;
+        let io = |source| CoreError::Io {
+            path: path.clone(),
+            source,
+        };
+        let mut map = memmap2::MmapMut::map_anon(bytes.len()).map_err(io)?;
+        map.copy_from_slice(bytes);
+        let map = map.make_read_only().map_err(io)?;
+        Ok(SafeTensorsFile {
+            path,
+            map: Arc::new(map),
+            tensors,
+            metadata,
+        })
     }
 
     /// The file's path.
@@ -188,12 +385,22 @@ impl SafeTensorsFile {
 
     /// The named tensor, borrowed from the map when aligned (copied otherwise).
     pub fn tensor(&self, name: &str) -> Result<Tensor> {
-        let info = self.tensors.get(name).ok_or_else(|| CoreError::MissingTensor {
-            name: name.to_string(),
-            files: self.path.display().to_string(),
+        let info = self
+            .tensors
+            .get(name)
+            .ok_or_else(|| CoreError::MissingTensor {
+                name: name.to_string(),
+                files: self.path.display().to_string(),
+            })?;
+        let bytes = self.map.get(info.start..info.end).ok_or_else(|| {
+            // parse_header guarantees every range lies inside the map.
+            st_err(
+                &self.path,
+                SafeTensorsErrorKind::DataLength,
+                format!("tensor `{name}` lies outside the file"),
+            )
         })?;
-        let aligned = (self.map.as_ptr() as usize + info.start) % info.dtype.size() == 0;
-        if aligned {
+        if bytes.as_ptr() as usize % info.dtype.size() == 0 {
             let storage = Storage::Mapped {
                 map: self.map.clone(),
                 start: info.start,
@@ -208,7 +415,6 @@ impl SafeTensorsFile {
                 0,
             )
         } else {
-            let bytes = &self.map[info.start..info.end];
             copy_tensor(bytes, info.dtype, &info.shape)
         }
     }
@@ -250,52 +456,100 @@ impl WeightLoader {
     /// Open and index a set of files (shards of one checkpoint). A tensor name present in two
     /// shards is an error.
     pub fn open<P: AsRef<Path>>(paths: &[P]) -> Result<Self> {
-        let mut files = Vec::new();
+        let files = paths
+            .iter()
+            .map(SafeTensorsFile::open)
+            .collect::<Result<Vec<_>>>()?;
+        Self::from_files(files)
+    }
+
+    /// A loader over already opened files (shards of one checkpoint, e.g. built with
+    /// [`SafeTensorsFile::from_bytes`]). A tensor name present in two files is an error.
+    pub fn from_files(files: Vec<SafeTensorsFile>) -> Result<Self> {
+        if files.is_empty() {
+            return Err(CoreError::Invalid(
+                "WeightLoader: no safetensors files given".into(),
+            ));
+        }
         let mut index = HashMap::new();
-        for p in paths {
-            let f = SafeTensorsFile::open(p)?;
+        for (i, f) in files.iter().enumerate() {
             for name in f.tensors.keys() {
-                if let Some(prev) = index.insert(name.clone(), files.len()) {
-                    let prev: &SafeTensorsFile = &files[prev];
+                if let Some(prev) = index.insert(name.clone(), i) {
                     return Err(st_err(
                         &f.path,
-                        format!("tensor `{name}` also present in {}", prev.path.display()),
+                        SafeTensorsErrorKind::DuplicateTensor,
+                        format!(
+                            "tensor `{name}` also present in {}",
+                            files[prev].path.display()
+                        ),
                     ));
                 }
             }
-            files.push(f);
         }
-        if files.is_empty() {
-            return Err(CoreError::Invalid("WeightLoader::open: no files given".into()));
-        }
-        Ok(WeightLoader { files: Arc::new(Files { files, index }), prefix: String::new(), dtype: None })
+        Ok(WeightLoader {
+            files: Arc::new(Files { files, index }),
+            prefix: String::new(),
+            dtype: None,
+        })
     }
 
-    /// Open a checkpoint given as a file, or as a `*.safetensors.index.json` shard index.
+    /// Open a checkpoint given as a file, or as a `*.safetensors.index.json` shard index
+    /// (`{"weight_map": {tensor name: shard file name}}`, shard names relative to the index's
+    /// folder). Every tensor the index lists must be in the shard it names.
     pub fn open_checkpoint(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let is_index = path.to_string_lossy().ends_with(".index.json");
         if !is_index {
             return Self::open(&[path]);
         }
-        let v = crate::config::read_json(path)?;
-        let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| CoreError::Json {
+        let json_err = |reason: String| CoreError::Json {
             path: path.to_path_buf(),
-            reason: "missing key `weight_map`".into(),
-        })?;
+            reason,
+        };
+        let v = crate::config::read_json(path)?;
+        let map = v
+            .get("weight_map")
+            .and_then(|m| m.as_object())
+            .ok_or_else(|| json_err("missing object `weight_map`".into()))?;
         let dir = path.parent().unwrap_or(Path::new("."));
-        let mut shards: Vec<PathBuf> = Vec::new();
-        for f in map.values() {
-            let f = f.as_str().ok_or_else(|| CoreError::Json {
-                path: path.to_path_buf(),
-                reason: "`weight_map` values must be file names".into(),
+        let mut wanted: Vec<(&str, PathBuf)> = Vec::with_capacity(map.len());
+        for (name, f) in map {
+            let f = f.as_str().ok_or_else(|| {
+                json_err(format!("`weight_map` entry `{name}` is not a file name"))
             })?;
-            let p = dir.join(f);
-            if !shards.contains(&p) {
-                shards.push(p);
+            let rel = Path::new(f);
+            let plain = rel
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+            if f.is_empty() || !plain {
+                return Err(json_err(format!(
+                    "`weight_map` entry `{name}`: shard `{f}` must be a relative path inside the \
+                     index's folder"
+                )));
+            }
+            wanted.push((name.as_str(), dir.join(rel)));
+        }
+        if wanted.is_empty() {
+            return Err(json_err("`weight_map` is empty".into()));
+        }
+        let mut shards: Vec<PathBuf> = wanted.iter().map(|(_, p)| p.clone()).collect();
+        shards.sort();
+        shards.dedup();
+        let loader = Self::open(&shards)?;
+        for (name, shard) in &wanted {
+            let found = loader
+                .files
+                .index
+                .get(*name)
+                .map(|&i| &loader.files.files[i].path);
+            if found != Some(shard) {
+                return Err(CoreError::MissingTensor {
+                    name: name.to_string(),
+                    files: format!("{} (as listed in {})", shard.display(), path.display()),
+                });
             }
         }
-        Self::open(&shards)
+        Ok(loader)
     }
 
     /// A loader whose names are relative to `self`'s prefix extended by `s`.
@@ -308,12 +562,20 @@ impl WeightLoader {
         } else {
             format!("{}.{s}", self.prefix)
         };
-        WeightLoader { files: self.files.clone(), prefix, dtype: self.dtype }
+        WeightLoader {
+            files: self.files.clone(),
+            prefix,
+            dtype: self.dtype,
+        }
     }
 
     /// A loader that converts every tensor it returns to `dtype` (`None`: keep the stored one).
     pub fn with_dtype(&self, dtype: Option<DType>) -> WeightLoader {
-        WeightLoader { files: self.files.clone(), prefix: self.prefix.clone(), dtype }
+        WeightLoader {
+            files: self.files.clone(),
+            prefix: self.prefix.clone(),
+            dtype,
+        }
     }
 
     /// The current prefix.
@@ -337,7 +599,11 @@ impl WeightLoader {
 
     /// Names (relative to the prefix) of every tensor under the current prefix, sorted.
     pub fn names(&self) -> Vec<String> {
-        let p = if self.prefix.is_empty() { String::new() } else { format!("{}.", self.prefix) };
+        let p = if self.prefix.is_empty() {
+            String::new()
+        } else {
+            format!("{}.", self.prefix)
+        };
         let mut v: Vec<String> = self
             .files
             .index
@@ -348,12 +614,21 @@ impl WeightLoader {
         v
     }
 
-    /// Metadata and tensor info for `name`.
+    /// The file that holds `name` and its tensor info.
     pub fn info(&self, name: &str) -> Result<(&Path, &TensorInfo)> {
         let full = self.full_name(name);
-        let i = *self.files.index.get(&full).ok_or_else(|| self.missing(&full))?;
-        let f = &self.files.files[i];
-        Ok((&f.path, &f.tensors[&full]))
+        let (f, info) = self.locate(&full)?;
+        Ok((&f.path, info))
+    }
+
+    fn locate(&self, full: &str) -> Result<(&SafeTensorsFile, &TensorInfo)> {
+        let f = self
+            .files
+            .index
+            .get(full)
+            .and_then(|&i| self.files.files.get(i));
+        f.and_then(|f| f.tensors.get(full).map(|info| (f, info)))
+            .ok_or_else(|| self.missing(full))
     }
 
     fn missing(&self, full: &str) -> CoreError {
@@ -369,17 +644,19 @@ impl WeightLoader {
         }
     }
 
-    /// The tensor `name` with any shape, in the loader's dtype policy.
+    /// The tensor `name` with any shape, in the loader's dtype policy (see
+    /// [`WeightLoader::with_dtype`]; only float dtypes convert).
     pub fn get_any(&self, name: &str) -> Result<Tensor> {
         let full = self.full_name(name);
-        let i = *self.files.index.get(&full).ok_or_else(|| self.missing(&full))?;
-        let t = self.files.files[i].tensor(&full)?;
+        let (f, _) = self.locate(&full)?;
+        let t = f.tensor(&full)?;
         match self.dtype {
             Some(d) if d != t.dtype() => {
                 if !t.dtype().is_float() || !d.is_float() {
                     return Err(CoreError::WeightDType {
                         name: full,
-                        expected: d.to_string(),
+                        file: f.path.display().to_string(),
+                        expected: format!("{d} (only float dtypes convert)"),
                         found: t.dtype(),
                     });
                 }
@@ -392,11 +669,11 @@ impl WeightLoader {
     /// The tensor `name`, which must have shape `shape`.
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
         let full = self.full_name(name);
-        let (path, info) = self.info(name)?;
+        let (f, info) = self.locate(&full)?;
         if info.shape != shape {
             return Err(CoreError::WeightShape {
                 name: full,
-                file: path.display().to_string(),
+                file: f.path.display().to_string(),
                 expected: shape.to_vec(),
                 found: info.shape.clone(),
             });
@@ -409,15 +686,34 @@ impl WeightLoader {
         self.with_dtype(Some(dtype)).get(name, shape)
     }
 
+    /// The tensor `name` with shape `shape`, which must be stored as `dtype` (no conversion;
+    /// for packed integer data).
+    pub fn get_exact(&self, name: &str, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let full = self.full_name(name);
+        let (f, info) = self.locate(&full)?;
+        if info.dtype != dtype {
+            return Err(CoreError::WeightDType {
+                name: full,
+                file: f.path.display().to_string(),
+                expected: dtype.to_string(),
+                found: info.dtype,
+            });
+        }
+        self.with_dtype(None).get(name, shape)
+    }
+
     /// Metadata of the file that holds `name`.
     pub fn file_metadata(&self, name: &str) -> Result<&HashMap<String, String>> {
         let full = self.full_name(name);
-        let i = *self.files.index.get(&full).ok_or_else(|| self.missing(&full))?;
-        Ok(&self.files.files[i].metadata)
+        Ok(&self.locate(&full)?.0.metadata)
     }
 }
 
 /// Write tensors to a safetensors file (f32/f16/bf16/i8/u8/i64), with optional metadata.
+///
+/// Strided and device tensors are written as their contiguous CPU copies; data is laid out
+/// widest dtype first so that every tensor is aligned when the file is mapped again. Repeated
+/// names and the reserved name `__metadata__` are refused.
 pub fn save_safetensors(
     path: impl AsRef<Path>,
     tensors: &[(&str, &Tensor)],
@@ -426,14 +722,27 @@ pub fn save_safetensors(
     let path = path.as_ref();
     let mut header = serde_json::Map::new();
     if let Some(m) = metadata {
-        let mm: serde_json::Map<String, serde_json::Value> =
-            m.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect();
+        let mm: serde_json::Map<String, serde_json::Value> = m
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect();
         header.insert("__metadata__".into(), serde_json::Value::Object(mm));
     }
     let mut datas = Vec::new();
     let mut off = 0usize;
-    for (name, t) in tensors {
-        let t = t.contiguous()?;
+    // Widest elements first: with the header padded to 8 bytes, every tensor is then aligned
+    // for its dtype and maps without a copy when read back.
+    let mut order: Vec<&(&str, &Tensor)> = tensors.iter().collect();
+    order.sort_by_key(|(_, t)| std::cmp::Reverse(t.dtype().size()));
+    for (name, t) in order {
+        if *name == "__metadata__" || header.contains_key(*name) {
+            return Err(st_err(
+                path,
+                SafeTensorsErrorKind::Write,
+                format!("tensor name `{name}` is reserved or repeated"),
+            ));
+        }
+        let t = t.to_cpu()?.contiguous()?;
         let bytes = t.as_bytes()?.to_vec();
         header.insert(
             name.to_string(),
@@ -447,7 +756,7 @@ pub fn save_safetensors(
         datas.push(bytes);
     }
     let mut h = serde_json::to_vec(&serde_json::Value::Object(header))
-        .map_err(|e| st_err(path, e.to_string()))?;
+        .map_err(|e| st_err(path, SafeTensorsErrorKind::Write, e.to_string()))?;
     while (h.len() + 8) % 8 != 0 {
         h.push(b' ');
     }
@@ -457,5 +766,8 @@ pub fn save_safetensors(
     for d in datas {
         out.extend_from_slice(&d);
     }
-    std::fs::write(path, out).map_err(|source| CoreError::Io { path: path.to_path_buf(), source })
+    std::fs::write(path, out).map_err(|source| CoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
 }

@@ -110,7 +110,9 @@ impl Storage {
     pub fn cpu_bytes(&self) -> Option<&[u8]> {
         match self {
             Storage::Cpu(d) => Some(d.bytes()),
-            Storage::Mapped { map, start, len, .. } => map.get(*start..*start + *len),
+            Storage::Mapped {
+                map, start, len, ..
+            } => map.get(*start..start.checked_add(*len)?),
             Storage::Device(_) => None,
         }
     }

@@ -47,7 +47,8 @@ pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
 }
 
 impl Tensor {
-    /// Build a tensor from storage and a layout; checks that the layout fits in the storage.
+    /// Build a tensor from storage and a layout. Checks that every element the layout reaches
+    /// lies inside the storage and, for CPU storage, that `dtype` is its element type.
     pub fn from_storage(
         storage: Arc<Storage>,
         dtype: DType,
@@ -55,28 +56,66 @@ impl Tensor {
         strides: Vec<usize>,
         offset: usize,
     ) -> Result<Tensor> {
-        let t = Tensor { storage, dtype, shape, strides, offset };
-        if let Some(bytes) = t.storage.cpu_bytes() {
-            let n = bytes.len() / dtype.size();
-            if t.elem_count() > 0 && t.max_index() >= n {
-                return Err(CoreError::shape(
-                    "from_storage",
-                    format!("layout reaches element {} of {n}", t.max_index()),
-                    &[&t.shape],
-                ));
-            }
+        if shape.len() != strides.len() {
+            return Err(CoreError::shape(
+                "from_storage",
+                format!("{} strides for {} dimensions", strides.len(), shape.len()),
+                &[&shape],
+            ));
+        }
+        let stored = match &*storage {
+            Storage::Cpu(d) => Some(d.dtype()),
+            Storage::Mapped { dtype, .. } => Some(*dtype),
+            Storage::Device(_) => None,
+        };
+        if let Some(stored) = stored.filter(|&d| d != dtype) {
+            return Err(CoreError::DType {
+                op: "from_storage",
+                dtype,
+                reason: format!("the storage holds {stored}"),
+            });
+        }
+        let t = Tensor {
+            storage,
+            dtype,
+            shape,
+            strides,
+            offset,
+        };
+        let len_bytes = match &*t.storage {
+            Storage::Device(d) => d.len_bytes(),
+            _ => t.storage.cpu_bytes().map_or(0, <[u8]>::len),
+        };
+        let n = len_bytes / dtype.size();
+        let count = t.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        let reach = match count {
+            Some(0) => Some(0),
+            Some(_) => t.max_index().and_then(|m| m.checked_add(1)),
+            None => None,
+        };
+        if reach.is_none_or(|r| r > n) {
+            return Err(CoreError::shape(
+                "from_storage",
+                format!(
+                    "layout (strides {:?}, offset {}) reaches past the {n} stored elements",
+                    t.strides, t.offset
+                ),
+                &[&t.shape],
+            ));
         }
         Ok(t)
     }
 
-    fn max_index(&self) -> usize {
-        self.offset
-            + self
-                .shape
-                .iter()
-                .zip(&self.strides)
-                .map(|(&d, &s)| d.saturating_sub(1) * s)
-                .sum::<usize>()
+    /// Storage index of the last element (for a non-empty tensor); `None` on overflow.
+    fn max_index(&self) -> Option<usize> {
+        self.shape
+            .iter()
+            .zip(&self.strides)
+            .try_fold(self.offset, |acc, (&d, &s)| {
+                d.saturating_sub(1)
+                    .checked_mul(s)
+                    .and_then(|v| acc.checked_add(v))
+            })
     }
 
     /// A contiguous CPU tensor owning `data`.
@@ -157,9 +196,10 @@ impl Tensor {
 
     /// Size of dimension `d`; negative-free: errors if `d` is out of range.
     pub fn dim(&self, d: usize) -> Result<usize> {
-        self.shape.get(d).copied().ok_or_else(|| {
-            CoreError::shape("dim", format!("no dimension {d}"), &[&self.shape])
-        })
+        self.shape
+            .get(d)
+            .copied()
+            .ok_or_else(|| CoreError::shape("dim", format!("no dimension {d}"), &[&self.shape]))
     }
 
     /// Number of dimensions.
@@ -195,8 +235,11 @@ impl Tensor {
         self.storage.is_mapped()
     }
 
-    /// Whether elements are laid out row-major without gaps.
+    /// Whether elements are laid out row-major without gaps (always true for zero elements).
     pub fn is_contiguous(&self) -> bool {
+        if self.elem_count() == 0 {
+            return true;
+        }
         let mut s = 1;
         for i in (0..self.shape.len()).rev() {
             if self.shape[i] != 1 && self.strides[i] != s {
@@ -217,29 +260,51 @@ impl Tensor {
             });
         }
         if !self.is_contiguous() {
-            return Err(CoreError::shape("as_slice", "tensor is not contiguous", &[&self.shape]));
+            return Err(CoreError::shape(
+                "as_slice",
+                "tensor is not contiguous",
+                &[&self.shape],
+            ));
         }
-        let bytes = self.storage.cpu_bytes().ok_or_else(|| CoreError::Unsupported {
-            op: "as_slice",
-            backend: "device".into(),
-        })?;
+        if self.elem_count() == 0 && self.device().is_cpu() {
+            return Ok(&[]);
+        }
+        let bytes = self
+            .storage
+            .cpu_bytes()
+            .ok_or_else(|| CoreError::Unsupported {
+                op: "as_slice",
+                backend: "device".into(),
+            })?;
         let all: &[T] = bytemuck::try_cast_slice(bytes).map_err(|e| {
-            CoreError::Invalid(format!("as_slice: storage not viewable as {}: {e}", T::DTYPE))
+            CoreError::Invalid(format!(
+                "as_slice: storage not viewable as {}: {e}",
+                T::DTYPE
+            ))
         })?;
-        all.get(self.offset..self.offset + self.elem_count()).ok_or_else(|| {
-            CoreError::shape("as_slice", "layout exceeds storage", &[&self.shape])
-        })
+        all.get(self.offset..self.offset + self.elem_count())
+            .ok_or_else(|| CoreError::shape("as_slice", "layout exceeds storage", &[&self.shape]))
     }
 
     /// The raw bytes of a contiguous CPU tensor.
     pub fn as_bytes(&self) -> Result<&[u8]> {
         if !self.is_contiguous() {
-            return Err(CoreError::shape("as_bytes", "tensor is not contiguous", &[&self.shape]));
+            return Err(CoreError::shape(
+                "as_bytes",
+                "tensor is not contiguous",
+                &[&self.shape],
+            ));
         }
-        let bytes = self.storage.cpu_bytes().ok_or_else(|| CoreError::Unsupported {
-            op: "as_bytes",
-            backend: "device".into(),
-        })?;
+        if self.elem_count() == 0 && self.device().is_cpu() {
+            return Ok(&[]);
+        }
+        let bytes = self
+            .storage
+            .cpu_bytes()
+            .ok_or_else(|| CoreError::Unsupported {
+                op: "as_bytes",
+                backend: "device".into(),
+            })?;
         let sz = self.dtype.size();
         bytes
             .get(self.offset * sz..(self.offset + self.elem_count()) * sz)
@@ -272,15 +337,19 @@ impl Tensor {
     }
 
     fn cpu_elems<T: Elem>(&self) -> Result<&[T]> {
-        let bytes = self.storage.cpu_bytes().ok_or_else(|| CoreError::Unsupported {
-            op: "to_cpu",
-            backend: "device".into(),
-        })?;
+        let bytes = self
+            .storage
+            .cpu_bytes()
+            .ok_or_else(|| CoreError::Unsupported {
+                op: "to_cpu",
+                backend: "device".into(),
+            })?;
         bytemuck::try_cast_slice(bytes)
             .map_err(|e| CoreError::Invalid(format!("storage not viewable as {}: {e}", T::DTYPE)))
     }
 
-    /// Copy out the elements (row-major) as `T`, which must be the tensor's dtype.
+    /// Copy out the elements (row-major) as `T`, which must be the tensor's dtype. Device
+    /// tensors are downloaded first.
     pub fn to_vec<T: Elem>(&self) -> Result<Vec<T>> {
         if self.dtype != T::DTYPE {
             return Err(CoreError::DType {
@@ -289,6 +358,9 @@ impl Tensor {
                 reason: format!("{} requested", T::DTYPE),
             });
         }
+        if let Device::Backend(b) = self.device() {
+            return b.to_cpu(self)?.to_vec::<T>();
+        }
         if self.is_contiguous() {
             return Ok(self.as_slice::<T>()?.to_vec());
         }
@@ -296,8 +368,12 @@ impl Tensor {
         Ok(self.indices().into_iter().map(|i| all[i]).collect())
     }
 
-    /// Copy out the elements (row-major) converted to f32, whatever the dtype.
+    /// Copy out the elements (row-major) converted to f32, whatever the dtype. Device tensors
+    /// are downloaded first.
     pub fn to_vec_f32(&self) -> Result<Vec<f32>> {
+        if let Device::Backend(b) = self.device() {
+            return b.to_cpu(self)?.to_vec_f32();
+        }
         fn conv<T: Elem>(t: &Tensor) -> Result<Vec<f32>> {
             if t.is_contiguous() {
                 let s = t.as_slice::<T>()?;
@@ -328,13 +404,17 @@ impl Tensor {
         }
     }
 
-    /// Convert to another dtype (a new contiguous CPU tensor; a cheap clone if nothing changes).
+    /// Convert to another dtype: a new contiguous tensor on the same device (a cheap clone if
+    /// nothing changes). Floats round to nearest even; see [`Elem::from_f32`] for integers.
     pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
         if dtype == self.dtype && self.is_contiguous() {
             return Ok(self.clone());
         }
         if dtype == self.dtype {
             return self.contiguous();
+        }
+        if let Device::Backend(b) = self.device() {
+            return b.upload(&b.to_cpu(self)?.to_dtype(dtype)?);
         }
         let v = self.to_vec_f32()?;
         match dtype {
@@ -349,18 +429,25 @@ impl Tensor {
                 out.convert_from_f32_slice(&v);
                 Tensor::from_vec(out, &self.shape)
             }
-            DType::I8 => Tensor::from_vec(v.iter().map(|&x| i8::from_f32(x)).collect(), &self.shape),
-            DType::U8 => Tensor::from_vec(v.iter().map(|&x| u8::from_f32(x)).collect(), &self.shape),
+            DType::I8 => {
+                Tensor::from_vec(v.iter().map(|&x| i8::from_f32(x)).collect(), &self.shape)
+            }
+            DType::U8 => {
+                Tensor::from_vec(v.iter().map(|&x| u8::from_f32(x)).collect(), &self.shape)
+            }
             DType::I64 => {
                 Tensor::from_vec(v.iter().map(|&x| i64::from_f32(x)).collect(), &self.shape)
             }
         }
     }
 
-    /// A contiguous version (a cheap clone if already contiguous).
+    /// A contiguous version on the same device (a cheap clone if already contiguous).
     pub fn contiguous(&self) -> Result<Tensor> {
         if self.is_contiguous() {
             return Ok(self.clone());
+        }
+        if let Device::Backend(b) = self.device() {
+            return b.upload(&b.to_cpu(self)?);
         }
         match self.dtype {
             DType::F32 => Tensor::from_vec(self.to_vec::<f32>()?, &self.shape),
@@ -398,7 +485,7 @@ impl Tensor {
         if start.checked_add(len).is_none_or(|e| e > size) {
             return Err(CoreError::shape(
                 "narrow",
-                format!("range {start}..{} of dimension {dim} (size {size})", start + len),
+                format!("range {start}..{start}+{len} of dimension {dim} (size {size})"),
                 &[&self.shape],
             ));
         }
@@ -413,7 +500,11 @@ impl Tensor {
     /// A view with dimensions `d0` and `d1` swapped.
     pub fn transpose(&self, d0: usize, d1: usize) -> Result<Tensor> {
         if d0 >= self.rank() || d1 >= self.rank() {
-            return Err(CoreError::shape("transpose", format!("dims {d0},{d1}"), &[&self.shape]));
+            return Err(CoreError::shape(
+                "transpose",
+                format!("dims {d0},{d1}"),
+                &[&self.shape],
+            ));
         }
         let mut t = self.clone();
         t.shape.swap(d0, d1);
@@ -425,9 +516,15 @@ impl Tensor {
     pub fn permute(&self, perm: &[usize]) -> Result<Tensor> {
         let mut seen = vec![false; self.rank()];
         if perm.len() != self.rank()
-            || perm.iter().any(|&p| p >= seen.len() || std::mem::replace(&mut seen[p], true))
+            || perm
+                .iter()
+                .any(|&p| p >= seen.len() || std::mem::replace(&mut seen[p], true))
         {
-            return Err(CoreError::shape("permute", format!("perm {perm:?}"), &[&self.shape]));
+            return Err(CoreError::shape(
+                "permute",
+                format!("perm {perm:?}"),
+                &[&self.shape],
+            ));
         }
         let mut t = self.clone();
         t.shape = perm.iter().map(|&p| self.shape[p]).collect();
@@ -438,10 +535,18 @@ impl Tensor {
     /// Insert a dimension of size 1 at `dim`.
     pub fn unsqueeze(&self, dim: usize) -> Result<Tensor> {
         if dim > self.rank() {
-            return Err(CoreError::shape("unsqueeze", format!("dim {dim}"), &[&self.shape]));
+            return Err(CoreError::shape(
+                "unsqueeze",
+                format!("dim {dim}"),
+                &[&self.shape],
+            ));
         }
         let mut t = self.clone();
-        let st = if dim < self.rank() { self.strides[dim] * self.shape[dim] } else { 1 };
+        let st = if dim < self.rank() {
+            self.strides[dim] * self.shape[dim]
+        } else {
+            1
+        };
         t.shape.insert(dim, 1);
         t.strides.insert(dim, st);
         Ok(t)
@@ -450,7 +555,11 @@ impl Tensor {
     /// Remove a dimension of size 1.
     pub fn squeeze(&self, dim: usize) -> Result<Tensor> {
         if self.dim(dim)? != 1 {
-            return Err(CoreError::shape("squeeze", format!("dim {dim} is not 1"), &[&self.shape]));
+            return Err(CoreError::shape(
+                "squeeze",
+                format!("dim {dim} is not 1"),
+                &[&self.shape],
+            ));
         }
         let mut t = self.clone();
         t.shape.remove(dim);
@@ -475,7 +584,11 @@ impl Tensor {
         for t in tensors {
             let ok = t.rank() == first.rank()
                 && t.dtype == first.dtype
-                && t.shape.iter().zip(&first.shape).enumerate().all(|(i, (a, b))| i == dim || a == b);
+                && t.shape
+                    .iter()
+                    .zip(&first.shape)
+                    .enumerate()
+                    .all(|(i, (a, b))| i == dim || a == b);
             if !ok {
                 return Err(CoreError::shape("cat", "shapes or dtypes differ", &shapes));
             }
@@ -483,7 +596,12 @@ impl Tensor {
         let mut shape = first.shape.clone();
         shape[dim] = tensors.iter().map(|t| t.shape[dim]).sum();
         let outer: usize = shape[..dim].iter().product();
-        fn go<T: Elem>(ts: &[&Tensor], dim: usize, outer: usize, shape: &[usize]) -> Result<Tensor> {
+        fn go<T: Elem>(
+            ts: &[&Tensor],
+            dim: usize,
+            outer: usize,
+            shape: &[usize],
+        ) -> Result<Tensor> {
             let parts: Vec<Vec<T>> = ts.iter().map(|t| t.to_vec::<T>()).collect::<Result<_>>()?;
             let inner: usize = shape[dim + 1..].iter().product();
             let mut out = Vec::with_capacity(shape.iter().product());
@@ -507,7 +625,10 @@ impl Tensor {
 
     /// Stack tensors of one shape along a new dimension `dim`.
     pub fn stack(tensors: &[&Tensor], dim: usize) -> Result<Tensor> {
-        let us: Vec<Tensor> = tensors.iter().map(|t| t.unsqueeze(dim)).collect::<Result<_>>()?;
+        let us: Vec<Tensor> = tensors
+            .iter()
+            .map(|t| t.unsqueeze(dim))
+            .collect::<Result<_>>()?;
         let refs: Vec<&Tensor> = us.iter().collect();
         Tensor::cat(&refs, dim)
     }
@@ -515,7 +636,11 @@ impl Tensor {
     /// The single element of a one-element tensor, as f32.
     pub fn to_scalar_f32(&self) -> Result<f32> {
         if self.elem_count() != 1 {
-            return Err(CoreError::shape("to_scalar", "not a single element", &[&self.shape]));
+            return Err(CoreError::shape(
+                "to_scalar",
+                "not a single element",
+                &[&self.shape],
+            ));
         }
         Ok(self.to_vec_f32()?[0])
     }

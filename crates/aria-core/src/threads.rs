@@ -1,1 +1,75 @@
 //! Thread-count control for the CPU kernels (rayon underneath).
+//!
+//! Every op runs inside [`install`]: on the pool built by [`set_num_threads`], or on rayon's
+//! global pool (sized by `RAYON_NUM_THREADS` or the number of CPUs) when none was set. Kernels
+//! split work only between independent outputs and never split a reduction, so results are
+//! bit-identical whatever the thread count.
+//!
+//! ```
+//! aria_core::threads::set_num_threads(2)?;
+//! assert_eq!(aria_core::threads::num_threads(), 2);
+//! aria_core::threads::set_num_threads(0)?; // back to the default pool
+//! # Ok::<(), aria_core::CoreError>(())
+//! ```
+
+use std::sync::{Arc, RwLock};
+
+use crate::{CoreError, Result};
+
+static POOL: RwLock<Option<Arc<rayon::ThreadPool>>> = RwLock::new(None);
+
+/// Run CPU ops on `n` threads from now on (`0` = rayon's global pool, the default).
+///
+/// Ops already running keep the pool they started on.
+pub fn set_num_threads(n: usize) -> Result<()> {
+    let pool = if n == 0 {
+        None
+    } else {
+        let p = rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .thread_name(|i| format!("aria-cpu-{i}"))
+            .build()
+            .map_err(|e| CoreError::Invalid(format!("cannot start {n} CPU threads: {e}")))?;
+        Some(Arc::new(p))
+    };
+    *POOL.write().unwrap_or_else(|e| e.into_inner()) = pool;
+    Ok(())
+}
+
+/// The number of threads ops run on.
+pub fn num_threads() -> usize {
+    match current_pool() {
+        Some(p) => p.current_num_threads(),
+        None => rayon::current_num_threads(),
+    }
+}
+
+fn current_pool() -> Option<Arc<rayon::ThreadPool>> {
+    POOL.read().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// Run `f` on the configured pool (rayon's parallel iterators inside use that pool). Called from
+/// a thread of any rayon pool (an op inside another op, or inside [`with_threads`]), `f` runs
+/// there, on that pool.
+pub fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    if rayon::current_thread_index().is_some() {
+        return f();
+    }
+    match current_pool() {
+        Some(p) => p.install(f),
+        None => f(),
+    }
+}
+
+/// Run `f` on a pool of exactly `n` threads built for the call (tests and benchmarks comparing
+/// thread counts; `n = 0` uses the configured pool).
+pub fn with_threads<R: Send>(n: usize, f: impl FnOnce() -> R + Send) -> Result<R> {
+    if n == 0 {
+        return Ok(install(f));
+    }
+    let p = rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .build()
+        .map_err(|e| CoreError::Invalid(format!("cannot start {n} CPU threads: {e}")))?;
+    Ok(p.install(f))
+}

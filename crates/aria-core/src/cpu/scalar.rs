@@ -1,4 +1,10 @@
-//! The scalar reference kernels.
+//! The scalar reference kernels. Every SIMD path implements the same functions with the same
+//! meaning and is tested against these.
+
+/// Width of a packed B panel in [`gemm_tile`] (columns) on this path, AVX2 and NEON.
+pub const NR: usize = 16;
+/// Most rows one [`gemm_tile`] call computes.
+pub const MR: usize = 6;
 
 /// Dot product (sequential f32 accumulation).
 #[inline]
@@ -8,4 +14,124 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
         s += x * y;
     }
     s
+}
+
+/// Check the slice extents a [`gemm_tile`] call reads and writes.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn tile_extents_ok(
+    nr: usize,
+    mr: usize,
+    kc: usize,
+    a: &[f32],
+    lda: usize,
+    bp: &[f32],
+    ldb: usize,
+    c: &[f32],
+    ldc: usize,
+    nc: usize,
+) -> bool {
+    (1..=MR).contains(&mr)
+        && nc <= nr
+        && ldb >= nr
+        && (kc == 0 || bp.len() >= (kc - 1) * ldb + nr)
+        && (kc == 0 || a.len() >= (mr - 1) * lda + kc)
+        && (nc == 0 || c.len() >= (mr - 1) * ldc + nc)
+}
+
+/// Micro-kernel of the packed matrix product:
+/// `C[r][j] (+)= Σ_k A[r·lda + k] · Bp[k·ldb + j]` for `r < mr ≤ MR`, `j < nc ≤ NR`, `k < kc`,
+/// where `Bp` holds `NR` readable columns per row (a zero-padded packed panel with `ldb = NR`, or
+/// a slice of a wider row-major matrix). With `acc` false, C is overwritten.
+/// Each output is one sequential sum over `k` (then added to C).
+///
+/// # Panics
+/// If a slice is shorter than the extents above.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_tile(
+    mr: usize,
+    kc: usize,
+    a: &[f32],
+    lda: usize,
+    bp: &[f32],
+    ldb: usize,
+    c: &mut [f32],
+    ldc: usize,
+    nc: usize,
+    acc: bool,
+) {
+    assert!(
+        tile_extents_ok(NR, mr, kc, a, lda, bp, ldb, c, ldc, nc),
+        "gemm_tile extents"
+    );
+    let mut t = [[0f32; NR]; MR];
+    for k in 0..kc {
+        let b = &bp[k * ldb..k * ldb + NR];
+        for (r, tr) in t.iter_mut().enumerate().take(mr) {
+            let av = a[r * lda + k];
+            for (tv, bv) in tr.iter_mut().zip(b) {
+                *tv += av * bv;
+            }
+        }
+    }
+    for (r, tr) in t.iter().enumerate().take(mr) {
+        let cr = &mut c[r * ldc..r * ldc + nc];
+        if acc {
+            cr.iter_mut().zip(tr).for_each(|(c, t)| *c += t);
+        } else {
+            cr.copy_from_slice(&tr[..nc]);
+        }
+    }
+}
+
+/// Maximum (−∞ for an empty slice; NaN-ignoring like `f32::max`).
+pub fn max(x: &[f32]) -> f32 {
+    x.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+}
+
+/// Sequential sum.
+pub fn sum(x: &[f32]) -> f32 {
+    x.iter().sum()
+}
+
+/// Sequential sum of squares.
+pub fn sumsq(x: &[f32]) -> f32 {
+    x.iter().map(|v| v * v).sum()
+}
+
+/// Sequential sum of squared deviations from `m`.
+pub fn sumsq_dev(x: &[f32], m: f32) -> f32 {
+    x.iter().map(|v| (v - m) * (v - m)).sum()
+}
+
+/// `x ← exp(x − m)`, returning the sequential sum of the new values.
+pub fn exp_sub_sum(x: &mut [f32], m: f32) -> f32 {
+    let mut s = 0.0;
+    for e in x.iter_mut() {
+        *e = (*e - m).exp();
+        s += *e;
+    }
+    s
+}
+
+/// `x ← x · s`.
+pub fn scale(x: &mut [f32], s: f32) {
+    x.iter_mut().for_each(|v| *v *= s);
+}
+
+/// `x ← x / (1 + e^−x)`.
+pub fn silu(x: &mut [f32]) {
+    x.iter_mut().for_each(|v| *v = *v / (1.0 + (-*v).exp()));
+}
+
+/// `x ← 1 / (1 + e^−x)`.
+pub fn sigmoid(x: &mut [f32]) {
+    x.iter_mut().for_each(|v| *v = 1.0 / (1.0 + (-*v).exp()));
+}
+
+/// `o ← v · silu(g)` (the shortest length counts).
+pub fn swiglu(o: &mut [f32], v: &[f32], g: &[f32]) {
+    for ((o, v), g) in o.iter_mut().zip(v).zip(g) {
+        *o = v * (g / (1.0 + (-g).exp()));
+    }
 }

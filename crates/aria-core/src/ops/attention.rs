@@ -1,7 +1,13 @@
 use rayon::prelude::*;
 
 use super::f32_data;
-use crate::{CoreError, Result, Tensor};
+use crate::cpu::gemm::{small, BSrc, Packed, WData};
+use crate::cpu::scalar::MR;
+use crate::cpu::{self, rows, Isa};
+use crate::{threads, CoreError, Result, Tensor};
+
+/// Query rows per task: keys and values are packed once per task.
+const QB: usize = 64;
 
 /// How a key mask is applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -33,7 +39,13 @@ pub struct AttnOpts<'a> {
 impl<'a> AttnOpts<'a> {
     /// Plain attention with the given scale.
     pub fn new(scale: f32) -> Self {
-        AttnOpts { scale, softcap: None, key_mask: None, mask_mode: KeyMaskMode::ZeroValues, window: None }
+        AttnOpts {
+            scale,
+            softcap: None,
+            key_mask: None,
+            mask_mode: KeyMaskMode::ZeroValues,
+            window: None,
+        }
     }
 }
 
@@ -42,83 +54,260 @@ impl<'a> AttnOpts<'a> {
 /// `q [B, H, Nq, D]`, `k [B, H, Nk, D]`, `v [B, H, Nk, Dv]` (f32; any strides, so head-split views
 /// of `[B, N, H, D]` projections can be passed without copying) → `[B, H, Nq, Dv]` contiguous.
 /// Softmax is computed in f32 with the maximum subtracted.
+///
+/// On the CPU, queries are processed in tiles; each tile computes its full row of scores (only
+/// the keys its rows can see: with a `window` the work is O(N · band), never O(N²)), an exact
+/// max-subtracted softmax, and `P·V`, all with the packed matrix micro-kernels.
 pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, opts: &AttnOpts<'_>) -> Result<Tensor> {
+    attention_impl(q, k, None, v, opts)
+}
+
+/// Differential attention `Attn(q, k, v) − Attn(q2, k2, v)` (same `v`, same options for both
+/// halves), fused: the two probability rows are subtracted before one product with `v`.
+///
+/// Shapes as in [`attention`]; `q2` must match `q` and `k2` must match `k`.
+pub fn attention_diff(
+    q: &Tensor,
+    k: &Tensor,
+    q2: &Tensor,
+    k2: &Tensor,
+    v: &Tensor,
+    opts: &AttnOpts<'_>,
+) -> Result<Tensor> {
+    if q2.shape() != q.shape() || k2.shape() != k.shape() {
+        return Err(CoreError::shape(
+            "attention_diff",
+            "q2 must match q and k2 must match k",
+            &[q.shape(), q2.shape(), k.shape(), k2.shape()],
+        ));
+    }
+    attention_impl(q, k, Some((q2, k2)), v, opts)
+}
+
+/// Everything a query tile needs to turn scores into probabilities.
+struct RowCtx<'a> {
+    isa: Isa,
+    opts: &'a AttnOpts<'a>,
+    /// Key validity of this batch item (`None`: all valid).
+    mask: Option<&'a [bool]>,
+    nk: usize,
+}
+
+impl RowCtx<'_> {
+    /// Turn the raw `q·k` row `s` (keys `j0..j0 + s.len()`) of query `i` into probabilities.
+    fn probs(&self, i: usize, j0: usize, s: &mut [f32]) {
+        let o = self.opts;
+        let (lo, hi) = match o.window {
+            Some((l, r)) => (i.saturating_sub(l), (i + r + 1).min(self.nk)),
+            None => (0, self.nk),
+        };
+        for (c, e) in s.iter_mut().enumerate() {
+            let j = j0 + c;
+            let excluded = j < lo
+                || j >= hi
+                || (o.mask_mode == KeyMaskMode::Exclude && self.mask.is_some_and(|m| !m[j]));
+            if excluded {
+                *e = f32::NEG_INFINITY;
+            } else {
+                let mut x = *e * o.scale;
+                if let Some(cap) = o.softcap {
+                    x = cap * (x / cap).tanh();
+                }
+                *e = x;
+            }
+        }
+        let mx = rows::max(self.isa, s);
+        if mx == f32::NEG_INFINITY {
+            s.fill(0.0);
+            return;
+        }
+        let den = rows::exp_sub_sum(self.isa, s, mx);
+        rows::scale(self.isa, s, 1.0 / den);
+        if let Some(m) = self.mask {
+            for (c, e) in s.iter_mut().enumerate() {
+                if !m[j0 + c] {
+                    *e = 0.0;
+                }
+            }
+        }
+    }
+}
+
+fn attention_impl(
+    q: &Tensor,
+    k: &Tensor,
+    diff: Option<(&Tensor, &Tensor)>,
+    v: &Tensor,
+    opts: &AttnOpts<'_>,
+) -> Result<Tensor> {
     let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
     if qs.len() != 4 || ks.len() != 4 || vs.len() != 4 {
-        return Err(CoreError::shape("attention", "q, k, v must be 4-D [B, H, N, D]", &[qs, ks, vs]));
+        return Err(CoreError::shape(
+            "attention",
+            "q, k, v must be 4-D [B, H, N, D]",
+            &[qs, ks, vs],
+        ));
     }
     let (b, h, nq, d) = (qs[0], qs[1], qs[2], qs[3]);
     let (nk, dv) = (ks[2], vs[3]);
     if ks[0] != b || ks[1] != h || ks[3] != d || vs[0] != b || vs[1] != h || vs[2] != nk {
-        return Err(CoreError::shape("attention", "q, k, v disagree", &[qs, ks, vs]));
+        return Err(CoreError::shape(
+            "attention",
+            "q, k, v disagree",
+            &[qs, ks, vs],
+        ));
     }
     let mask: Option<Vec<bool>> = match opts.key_mask {
         Some(m) => {
             if m.shape() != [b, nk] {
-                return Err(CoreError::shape("attention", "key_mask must be [B, Nk]", &[qs, ks, m.shape()]));
+                return Err(CoreError::shape(
+                    "attention",
+                    "key_mask must be [B, Nk]",
+                    &[qs, ks, m.shape()],
+                ));
             }
             Some(m.to_vec_f32()?.iter().map(|&x| x != 0.0).collect())
         }
         None => None,
     };
     if opts.window.is_some() && nq != nk {
-        return Err(CoreError::shape("attention", "a window needs Nq == Nk", &[qs, ks]));
+        return Err(CoreError::shape(
+            "attention",
+            "a window needs Nq == Nk",
+            &[qs, ks],
+        ));
     }
-    let q = q.contiguous()?;
-    let k = k.contiguous()?;
-    let v = v.contiguous()?;
-    let qd = f32_data(&q)?;
-    let kd = f32_data(&k)?;
-    let vd = f32_data(&v)?;
+    let isa = cpu::current();
+    let qc = q.contiguous()?;
+    let kc = k.contiguous()?;
+    let vc = v.contiguous()?;
+    let qd = f32_data(&qc)?;
+    let kd = f32_data(&kc)?;
+    let vd = f32_data(&vc)?;
+    let diff_c = diff
+        .map(|(q2, k2)| Ok::<_, crate::CoreError>((q2.contiguous()?, k2.contiguous()?)))
+        .transpose()?;
+    let diff_d = match &diff_c {
+        Some((q2, k2)) => Some((f32_data(q2)?, f32_data(k2)?)),
+        None => None,
+    };
     let mut out = vec![0f32; b * h * nq * dv];
-    if dv == 0 {
+    if dv == 0 || nq == 0 {
         return Tensor::from_vec(out, &[b, h, nq, dv]);
     }
-    out.par_chunks_mut(dv).enumerate().for_each(|(row, o)| {
-        let bh = row / nq.max(1);
-        let i = row % nq.max(1);
-        let bi = bh / h.max(1);
-        let qr = &qd[row * d..(row + 1) * d];
-        let kb = &kd[bh * nk * d..(bh + 1) * nk * d];
-        let vb = &vd[bh * nk * dv..(bh + 1) * nk * dv];
-        let (lo, hi) = match opts.window {
-            Some((l, r)) => (i.saturating_sub(l), (i + r + 1).min(nk)),
-            None => (0, nk),
-        };
-        let mut scores = Vec::with_capacity(hi.saturating_sub(lo));
-        let mut mx = f32::NEG_INFINITY;
-        for j in lo..hi {
-            let valid = mask.as_ref().is_none_or(|m| m[bi * nk + j]);
-            if !valid && opts.mask_mode == KeyMaskMode::Exclude {
-                scores.push(f32::NEG_INFINITY);
-                continue;
-            }
-            let mut s = crate::cpu::dot(qr, &kb[j * d..(j + 1) * d]) * opts.scale;
-            if let Some(c) = opts.softcap {
-                s = c * (s / c).tanh();
-            }
-            mx = mx.max(s);
-            scores.push(s);
-        }
-        if mx == f32::NEG_INFINITY {
-            return;
-        }
-        let mut den = 0f32;
-        for s in scores.iter_mut() {
-            *s = (*s - mx).exp();
-            den += *s;
-        }
-        let inv = 1.0 / den;
-        for (jj, &p) in scores.iter().enumerate() {
-            let j = lo + jj;
-            if mask.as_ref().is_some_and(|m| !m[bi * nk + j]) {
-                continue;
-            }
-            let w = p * inv;
-            for (oo, vv) in o.iter_mut().zip(&vb[j * dv..(j + 1) * dv]) {
-                *oo += w * vv;
-            }
-        }
+    threads::install(|| {
+        out.par_chunks_mut(nq * dv)
+            .enumerate()
+            .for_each(|(bh, ob)| {
+                let bi = bh / h.max(1);
+                let ctx = RowCtx {
+                    isa,
+                    opts,
+                    mask: mask.as_ref().map(|m| &m[bi * nk..(bi + 1) * nk]),
+                    nk,
+                };
+                let qb = &qd[bh * nq * d..(bh + 1) * nq * d];
+                let kb = &kd[bh * nk * d..(bh + 1) * nk * d];
+                let vb = &vd[bh * nk * dv..(bh + 1) * nk * dv];
+                let db = diff_d.as_ref().map(|(q2, k2)| {
+                    (
+                        &q2[bh * nq * d..(bh + 1) * nq * d],
+                        &k2[bh * nk * d..(bh + 1) * nk * d],
+                    )
+                });
+                ob.par_chunks_mut(QB * dv).enumerate().for_each(|(blk, o)| {
+                    let i0 = blk * QB;
+                    let i1 = (i0 + QB).min(nq);
+                    query_block(&ctx, i0, i1, d, dv, qb, kb, vb, db, o);
+                });
+            });
     });
     Tensor::from_vec(out, &[b, h, nq, dv])
+}
+
+/// The key range `[lo, hi)` that queries `i0..i1` can see.
+fn key_range(opts: &AttnOpts<'_>, nk: usize, i0: usize, i1: usize) -> (usize, usize) {
+    match opts.window {
+        Some((l, r)) => (i0.saturating_sub(l).min(nk), (i1 - 1 + r + 1).min(nk)),
+        None => (0, nk),
+    }
+}
+
+/// Queries `i0..i1` of one (batch, head): `o` is their `[i1 − i0, Dv]` output rows.
+#[allow(clippy::too_many_arguments)]
+fn query_block(
+    ctx: &RowCtx<'_>,
+    i0: usize,
+    i1: usize,
+    d: usize,
+    dv: usize,
+    qb: &[f32],
+    kb: &[f32],
+    vb: &[f32],
+    db: Option<(&[f32], &[f32])>,
+    o: &mut [f32],
+) {
+    let (klo, khi) = key_range(ctx.opts, ctx.nk, i0, i1);
+    let nkb = khi.saturating_sub(klo);
+    // Short key ranges (tiny chunks, bands) waste less of the narrower AVX2 panels.
+    let isa = if ctx.isa == Isa::Avx512 && nkb < 256 {
+        Isa::Avx2
+    } else {
+        ctx.isa
+    };
+    if nkb == 0 {
+        o.fill(0.0);
+        return;
+    }
+    let pack_k =
+        |k: &[f32]| Packed::new(isa, &BSrc::Nk(WData::F32(&k[klo * d..khi * d]), d), d, nkb);
+    let kp = pack_k(kb);
+    let k2p = db.map(|(_, k2)| pack_k(k2));
+    let vp = Packed::kn(isa, &vb[klo * dv..khi * dv], nkb, dv);
+    let mut s = Vec::new();
+    let mut s2 = Vec::new();
+    let mut t0 = i0;
+    while t0 < i1 {
+        let mr = MR.min(i1 - t0);
+        // Keys this tile sees, relative to klo, the start aligned to a panel.
+        let (tlo, thi) = key_range(ctx.opts, ctx.nk, t0, t0 + mr);
+        let (tlo, thi) = (tlo.max(klo) - klo, thi.min(khi) - klo);
+        let plo = tlo / kp.nr * kp.nr;
+        let w = thi.saturating_sub(plo);
+        let ot = &mut o[(t0 - i0) * dv..(t0 - i0 + mr) * dv];
+        if w == 0 {
+            ot.fill(0.0);
+            t0 += mr;
+            continue;
+        }
+        s.resize(mr * w, 0.0);
+        let qt = &qb[t0 * d..(t0 + mr) * d];
+        small(isa, mr, qt, d, &kp, 0, d, plo, thi, &mut s, w, false);
+        for r in 0..mr {
+            ctx.probs(t0 + r, klo + plo, &mut s[r * w..(r + 1) * w]);
+        }
+        if let (Some((q2, _)), Some(k2p)) = (db, &k2p) {
+            s2.resize(mr * w, 0.0);
+            small(
+                isa,
+                mr,
+                &q2[t0 * d..(t0 + mr) * d],
+                d,
+                k2p,
+                0,
+                d,
+                plo,
+                thi,
+                &mut s2,
+                w,
+                false,
+            );
+            for r in 0..mr {
+                ctx.probs(t0 + r, klo + plo, &mut s2[r * w..(r + 1) * w]);
+            }
+            s.iter_mut().zip(&s2).for_each(|(a, b)| *a -= b);
+        }
+        small(isa, mr, &s, w, &vp, plo, w, 0, dv, ot, dv, false);
+        t0 += mr;
+    }
 }

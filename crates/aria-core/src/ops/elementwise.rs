@@ -1,18 +1,35 @@
 use rayon::prelude::*;
 
 use super::f32_data;
-use crate::{CoreError, DType, Result, Tensor};
+use crate::cpu::gemm::WData;
+use crate::cpu::{self, rows};
+use crate::{threads, CoreError, DType, Result, Tensor};
+
+/// Elements per parallel chunk of elementwise ops (a fixed size, so results never depend on the
+/// thread count).
+const CHUNK: usize = 4096;
 
 /// Apply `f` to every element (f32 result, same shape).
 pub fn map(x: &Tensor, f: impl Fn(f32) -> f32 + Sync) -> Result<Tensor> {
     let mut v = f32_data(x)?.into_owned();
-    v.par_chunks_mut(4096).for_each(|c| c.iter_mut().for_each(|e| *e = f(*e)));
+    threads::install(|| {
+        v.par_chunks_mut(CHUNK)
+            .for_each(|c| c.iter_mut().for_each(|e| *e = f(*e)))
+    });
+    Tensor::from_vec(v, x.shape())
+}
+
+/// Apply a row kernel to every chunk of a copy of `x`.
+fn map_rows(x: &Tensor, f: fn(cpu::Isa, &mut [f32])) -> Result<Tensor> {
+    let mut v = f32_data(x)?.into_owned();
+    let isa = cpu::current();
+    threads::install(|| v.par_chunks_mut(CHUNK).for_each(|c| f(isa, c)));
     Tensor::from_vec(v, x.shape())
 }
 
 /// `x · sigmoid(x)`.
 pub fn silu(x: &Tensor) -> Result<Tensor> {
-    map(x, silu_f)
+    map_rows(x, rows::silu)
 }
 
 #[inline(always)]
@@ -33,7 +50,7 @@ pub(crate) fn gelu_f(v: f32) -> f32 {
 
 /// `1 / (1 + e^-x)`.
 pub fn sigmoid(x: &Tensor) -> Result<Tensor> {
-    map(x, |v| 1.0 / (1.0 + (-v).exp()))
+    map_rows(x, rows::sigmoid)
 }
 
 /// `tanh(x)`.
@@ -41,9 +58,12 @@ pub fn tanh(x: &Tensor) -> Result<Tensor> {
     map(x, f32::tanh)
 }
 
+/// π as the reference writes it (3.14159265359), which rounds to the same f32 as `f32::consts::PI`.
+const REF_PI: f32 = std::f32::consts::PI;
+
 /// `sin(π·x)` with π written as the reference does (3.14159265359, rounded to f32).
 pub fn sin_pi(x: &Tensor) -> Result<Tensor> {
-    map(x, |v| (3.141_592_653_59_f32 * v).sin())
+    map(x, |v| (REF_PI * v).sin())
 }
 
 /// Exact GELU `x·Φ(x)` (erf form).
@@ -88,7 +108,9 @@ pub enum GluAct {
 /// second half the gate: `value ⊙ act(gate)`.
 pub fn glu(x: &Tensor, act: GluAct) -> Result<Tensor> {
     let s = x.shape();
-    let d2 = *s.last().ok_or_else(|| CoreError::shape("glu", "scalar input", &[s]))?;
+    let d2 = *s
+        .last()
+        .ok_or_else(|| CoreError::shape("glu", "scalar input", &[s]))?;
     if d2 % 2 != 0 {
         return Err(CoreError::shape("glu", "last dim must be even", &[s]));
     }
@@ -96,19 +118,26 @@ pub fn glu(x: &Tensor, act: GluAct) -> Result<Tensor> {
     let xd = f32_data(x)?;
     let rows = x.elem_count() / d2.max(1);
     let mut out = vec![0f32; rows * f];
+    let isa = cpu::current();
     if f > 0 {
-        out.par_chunks_mut(f).enumerate().for_each(|(r, o)| {
-            let xr = &xd[r * d2..(r + 1) * d2];
-            let (val, gate) = xr.split_at(f);
-            for ((o, v), g) in o.iter_mut().zip(val).zip(gate) {
-                let a = match act {
-                    GluAct::Silu => silu_f(*g),
-                    GluAct::Gelu => gelu_f(*g),
-                    GluAct::GeluTanh => gelu_tanh_f(*g),
-                    GluAct::SinPi => (3.141_592_653_59_f32 * *g).sin(),
-                };
-                *o = v * a;
-            }
+        threads::install(|| {
+            out.par_chunks_mut(f).enumerate().for_each(|(r, o)| {
+                let xr = &xd[r * d2..(r + 1) * d2];
+                let (val, gate) = xr.split_at(f);
+                if act == GluAct::Silu {
+                    rows::swiglu(isa, o, val, gate);
+                    return;
+                }
+                for ((o, v), g) in o.iter_mut().zip(val).zip(gate) {
+                    let a = match act {
+                        GluAct::Silu => silu_f(*g),
+                        GluAct::Gelu => gelu_f(*g),
+                        GluAct::GeluTanh => gelu_tanh_f(*g),
+                        GluAct::SinPi => (REF_PI * *g).sin(),
+                    };
+                    *o = v * a;
+                }
+            })
         });
     }
     let mut shape = s.to_vec();
@@ -122,8 +151,16 @@ fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usi
     let r = a.len().max(b.len());
     let mut out = vec![0; r];
     for i in 0..r {
-        let da = if i + a.len() >= r { a[i + a.len() - r] } else { 1 };
-        let db = if i + b.len() >= r { b[i + b.len() - r] } else { 1 };
+        let da = if i + a.len() >= r {
+            a[i + a.len() - r]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= r {
+            b[i + b.len() - r]
+        } else {
+            1
+        };
         out[i] = if da == db || db == 1 {
             da
         } else if da == 1 {
@@ -144,7 +181,11 @@ fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
                 0
             } else {
                 let j = i + shape.len() - r;
-                if shape[j] == 1 { 0 } else { cs[j] }
+                if shape[j] == 1 {
+                    0
+                } else {
+                    cs[j]
+                }
             }
         })
         .collect()
@@ -163,11 +204,13 @@ pub fn binary_map(
     let n: usize = shape.iter().product();
     if a.shape() == shape.as_slice() && b.shape() == shape.as_slice() {
         let mut out = vec![0f32; n];
-        out.par_chunks_mut(4096).enumerate().for_each(|(c, o)| {
-            let s = c * 4096;
-            for (i, v) in o.iter_mut().enumerate() {
-                *v = f(ad[s + i], bd[s + i]);
-            }
+        threads::install(|| {
+            out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, o)| {
+                let s = c * CHUNK;
+                for ((v, x), y) in o.iter_mut().zip(&ad[s..]).zip(&bd[s..]) {
+                    *v = f(*x, *y);
+                }
+            })
         });
         return Tensor::from_vec(out, &shape);
     }
@@ -175,25 +218,42 @@ pub fn binary_map(
     let sa = broadcast_strides(a.shape(), &shape);
     let sb = broadcast_strides(b.shape(), &shape);
     let last = *shape.last().unwrap_or(&1);
-    let rows = if last == 0 { 0 } else { n / last };
     let mut out = vec![0f32; n];
     if last > 0 {
-        out.par_chunks_mut(last).enumerate().for_each(|(row, o)| {
-            let mut rem = row;
-            let (mut ia, mut ib) = (0usize, 0usize);
-            for d in (0..shape.len().saturating_sub(1)).rev() {
-                let i = rem % shape[d];
-                rem /= shape[d];
-                ia += i * sa[d];
-                ib += i * sb[d];
-            }
-            let (la, lb) = (sa[shape.len() - 1], sb[shape.len() - 1]);
-            for (j, v) in o.iter_mut().enumerate() {
-                *v = f(ad[ia + j * la], bd[ib + j * lb]);
-            }
+        threads::install(|| {
+            out.par_chunks_mut(last).enumerate().for_each(|(row, o)| {
+                let mut rem = row;
+                let (mut ia, mut ib) = (0usize, 0usize);
+                for d in (0..shape.len().saturating_sub(1)).rev() {
+                    let i = rem % shape[d];
+                    rem /= shape[d];
+                    ia += i * sa[d];
+                    ib += i * sb[d];
+                }
+                let (la, lb) = (sa[shape.len() - 1], sb[shape.len() - 1]);
+                match (la, lb) {
+                    (1, 1) => {
+                        for ((v, x), y) in o.iter_mut().zip(&ad[ia..]).zip(&bd[ib..]) {
+                            *v = f(*x, *y);
+                        }
+                    }
+                    (1, 0) => {
+                        let y = bd[ib];
+                        o.iter_mut().zip(&ad[ia..]).for_each(|(v, x)| *v = f(*x, y));
+                    }
+                    (0, 1) => {
+                        let x = ad[ia];
+                        o.iter_mut().zip(&bd[ib..]).for_each(|(v, y)| *v = f(x, *y));
+                    }
+                    _ => {
+                        for (j, v) in o.iter_mut().enumerate() {
+                            *v = f(ad[ia + j * la], bd[ib + j * lb]);
+                        }
+                    }
+                }
+            })
         });
     }
-    let _ = rows;
     Tensor::from_vec(out, &shape)
 }
 
@@ -219,18 +279,19 @@ pub fn div(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 /// Softmax over the last dimension (max-subtracted, f32).
 pub fn softmax_last(x: &Tensor) -> Result<Tensor> {
-    let d = *x.shape().last().ok_or_else(|| CoreError::shape("softmax", "scalar input", &[x.shape()]))?;
+    let d = *x
+        .shape()
+        .last()
+        .ok_or_else(|| CoreError::shape("softmax", "scalar input", &[x.shape()]))?;
     let mut v = f32_data(x)?.into_owned();
+    let isa = cpu::current();
     if d > 0 {
-        v.par_chunks_mut(d).for_each(|r| {
-            let mx = r.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut s = 0.0;
-            for e in r.iter_mut() {
-                *e = (*e - mx).exp();
-                s += *e;
-            }
-            let inv = 1.0 / s;
-            r.iter_mut().for_each(|e| *e *= inv);
+        threads::install(|| {
+            v.par_chunks_mut(d).for_each(|r| {
+                let mx = rows::max(isa, r);
+                let s = rows::exp_sub_sum(isa, r, mx);
+                rows::scale(isa, r, 1.0 / s);
+            })
         });
     }
     Tensor::from_vec(v, x.shape())
@@ -241,22 +302,31 @@ pub fn softmax_last(x: &Tensor) -> Result<Tensor> {
 pub fn embedding(ids: &Tensor, table: &Tensor) -> Result<Tensor> {
     let ts = table.shape();
     if ts.len() != 2 {
-        return Err(CoreError::shape("embedding", "table must be [V, D]", &[ids.shape(), ts]));
+        return Err(CoreError::shape(
+            "embedding",
+            "table must be [V, D]",
+            &[ids.shape(), ts],
+        ));
     }
     let (vocab, d) = (ts[0], ts[1]);
     let idv: Vec<i64> = match ids.dtype() {
         DType::I64 => ids.to_vec::<i64>()?,
         _ => ids.to_vec_f32()?.iter().map(|&x| x as i64).collect(),
     };
+    if let Some(&id) = idv.iter().find(|&&id| id < 0 || id as usize >= vocab) {
+        return Err(CoreError::Invalid(format!(
+            "embedding: id {id} outside a vocabulary of {vocab}"
+        )));
+    }
     let table = table.contiguous()?;
+    let td = WData::of("embedding", &table)?;
     let mut out = vec![0f32; idv.len() * d];
-    for (row, &id) in out.chunks_mut(d.max(1)).zip(&idv) {
-        if id < 0 || id as usize >= vocab {
-            return Err(CoreError::Invalid(format!("embedding: id {id} outside a vocabulary of {vocab}")));
-        }
-        let r = table.narrow(0, id as usize, 1)?;
-        let v = r.to_vec_f32()?;
-        row.copy_from_slice(&v);
+    if d > 0 {
+        threads::install(|| {
+            out.par_chunks_mut(d)
+                .zip(&idv)
+                .for_each(|(row, &id)| td.read(id as usize * d, row));
+        });
     }
     let mut shape = ids.shape().to_vec();
     shape.push(d);
@@ -294,7 +364,11 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     let (n, d) = (s[s.len() - 2], s[s.len() - 1]);
     let cs = cos.shape();
     if cs.len() != 2 || cs[0] < n || cs[1] > d || cs[1] % 2 != 0 || sin.shape() != cs {
-        return Err(CoreError::shape("rope", "tables must be [>=N, R] with R even, R <= D", &[s, cs]));
+        return Err(CoreError::shape(
+            "rope",
+            "tables must be [>=N, R] with R even, R <= D",
+            &[s, cs],
+        ));
     }
     let r = cs[1];
     let half = r / 2;
@@ -303,15 +377,17 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     let xc = x.contiguous()?;
     let mut v = f32_data(&xc)?.into_owned();
     if d > 0 && n > 0 {
-        v.par_chunks_mut(d).enumerate().for_each(|(row, e)| {
-            let p = row % n;
-            let cr = &c[p * r..(p + 1) * r];
-            let sr = &sn[p * r..(p + 1) * r];
-            for i in 0..half {
-                let (a, b) = (e[i], e[i + half]);
-                e[i] = a * cr[i] - b * sr[i];
-                e[i + half] = b * cr[i + half] + a * sr[i + half];
-            }
+        threads::install(|| {
+            v.par_chunks_mut(d).enumerate().for_each(|(row, e)| {
+                let p = row % n;
+                let cr = &c[p * r..(p + 1) * r];
+                let sr = &sn[p * r..(p + 1) * r];
+                for i in 0..half {
+                    let (a, b) = (e[i], e[i + half]);
+                    e[i] = a * cr[i] - b * sr[i];
+                    e[i + half] = b * cr[i + half] + a * sr[i + half];
+                }
+            })
         });
     }
     Tensor::from_vec(v, s)

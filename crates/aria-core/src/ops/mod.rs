@@ -5,16 +5,16 @@
 //! outputs are contiguous. Ops run on the device the inputs live on (see [`crate::backend`]).
 
 mod attention;
+mod conv;
 mod elementwise;
 mod linear;
 mod norm;
-mod conv;
 
-pub use attention::{attention, AttnOpts, KeyMaskMode};
+pub use attention::{attention, attention_diff, AttnOpts, KeyMaskMode};
 pub use conv::{conv1d, weight_norm};
 pub use elementwise::{
-    add, add_scalar, affine, binary_map, div, embedding, gelu, gelu_tanh, glu, map, mul, mul_scalar,
-    rope, rope_tables, sigmoid, silu, sin_pi, softmax_last, sub, tanh, GluAct,
+    add, add_scalar, affine, binary_map, div, embedding, gelu, gelu_tanh, glu, map, mul,
+    mul_scalar, rope, rope_tables, sigmoid, silu, sin_pi, softmax_last, sub, tanh, GluAct,
 };
 pub use linear::{linear, matmul};
 pub use norm::{dyt, layer_norm, rms_norm, RmsStyle};
@@ -36,6 +36,10 @@ pub(crate) fn require_float(op: &'static str, t: &Tensor) -> Result<()> {
     if t.dtype().is_float() {
         Ok(())
     } else {
-        Err(CoreError::DType { op, dtype: t.dtype(), reason: "a float tensor is required".into() })
+        Err(CoreError::DType {
+            op,
+            dtype: t.dtype(),
+            reason: "a float tensor is required".into(),
+        })
     }
 }

@@ -1,7 +1,8 @@
 use rayon::prelude::*;
 
 use super::f32_data;
-use crate::{CoreError, Result, Tensor};
+use crate::cpu::{self, rows};
+use crate::{threads, CoreError, Result, Tensor};
 
 /// Which RMSNorm scale convention to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,10 +14,17 @@ pub enum RmsStyle {
 }
 
 fn rows(op: &'static str, x: &Tensor, w: Option<&Tensor>) -> Result<usize> {
-    let d = *x.shape().last().ok_or_else(|| CoreError::shape(op, "scalar input", &[x.shape()]))?;
+    let d = *x
+        .shape()
+        .last()
+        .ok_or_else(|| CoreError::shape(op, "scalar input", &[x.shape()]))?;
     if let Some(w) = w {
         if w.elem_count() != d {
-            return Err(CoreError::shape(op, "weight must match the last dim", &[x.shape(), w.shape()]));
+            return Err(CoreError::shape(
+                op,
+                "weight must match the last dim",
+                &[x.shape(), w.shape()],
+            ));
         }
     }
     Ok(d)
@@ -30,16 +38,23 @@ pub fn rms_norm(x: &Tensor, w: Option<&Tensor>, eps: f32, style: RmsStyle) -> Re
     if d == 0 {
         return Tensor::from_vec(out, x.shape());
     }
-    out.par_chunks_mut(d).for_each(|r| {
-        let ms = r.iter().map(|v| v * v).sum::<f32>() / d as f32;
-        let inv = 1.0 / (ms + eps).sqrt();
-        match (&wd, style) {
-            (Some(w), RmsStyle::Plain) => r.iter_mut().zip(w.iter()).for_each(|(v, w)| *v = *v * inv * w),
-            (Some(w), RmsStyle::OnePlus) => {
-                r.iter_mut().zip(w.iter()).for_each(|(v, w)| *v = *v * inv * (1.0 + w))
+    let isa = cpu::current();
+    threads::install(|| {
+        out.par_chunks_mut(d).for_each(|r| {
+            let ms = rows::sumsq(isa, r) / d as f32;
+            let inv = 1.0 / (ms + eps).sqrt();
+            match (&wd, style) {
+                (Some(w), RmsStyle::Plain) => r
+                    .iter_mut()
+                    .zip(w.iter())
+                    .for_each(|(v, w)| *v = *v * inv * w),
+                (Some(w), RmsStyle::OnePlus) => r
+                    .iter_mut()
+                    .zip(w.iter())
+                    .for_each(|(v, w)| *v = *v * inv * (1.0 + w)),
+                (None, _) => r.iter_mut().for_each(|v| *v *= inv),
             }
-            (None, _) => r.iter_mut().for_each(|v| *v *= inv),
-        }
+        })
     });
     Tensor::from_vec(out, x.shape())
 }
@@ -54,20 +69,23 @@ pub fn layer_norm(x: &Tensor, w: Option<&Tensor>, b: Option<&Tensor>, eps: f32) 
     if d == 0 {
         return Tensor::from_vec(out, x.shape());
     }
-    out.par_chunks_mut(d).for_each(|r| {
-        let mean = r.iter().sum::<f32>() / d as f32;
-        let var = r.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
-        let inv = 1.0 / (var + eps).sqrt();
-        for (i, v) in r.iter_mut().enumerate() {
-            let mut y = (*v - mean) * inv;
-            if let Some(w) = &wd {
-                y *= w[i];
+    let isa = cpu::current();
+    threads::install(|| {
+        out.par_chunks_mut(d).for_each(|r| {
+            let mean = rows::sum(isa, r) / d as f32;
+            let var = rows::sumsq_dev(isa, r, mean) / d as f32;
+            let inv = 1.0 / (var + eps).sqrt();
+            for (i, v) in r.iter_mut().enumerate() {
+                let mut y = (*v - mean) * inv;
+                if let Some(w) = &wd {
+                    y *= w[i];
+                }
+                if let Some(b) = &bd {
+                    y += b[i];
+                }
+                *v = y;
             }
-            if let Some(b) = &bd {
-                y += b[i];
-            }
-            *v = y;
-        }
+        })
     });
     Tensor::from_vec(out, x.shape())
 }
@@ -82,10 +100,12 @@ pub fn dyt(x: &Tensor, alpha: f32, gamma: &Tensor, beta: &Tensor) -> Result<Tens
     if d == 0 {
         return Tensor::from_vec(out, x.shape());
     }
-    out.par_chunks_mut(d).for_each(|r| {
-        for ((v, g), b) in r.iter_mut().zip(g.iter()).zip(b.iter()) {
-            *v = g * (alpha * *v).tanh() + b;
-        }
+    threads::install(|| {
+        out.par_chunks_mut(d).for_each(|r| {
+            for ((v, g), b) in r.iter_mut().zip(g.iter()).zip(b.iter()) {
+                *v = g * (alpha * *v).tanh() + b;
+            }
+        })
     });
     Tensor::from_vec(out, x.shape())
 }

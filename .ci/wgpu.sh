@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Run the wgpu backend tests on a software Vulkan device (Mesa lavapipe).
+#
+# Installs, if missing, mesa-vulkan-drivers and libvulkan1, then runs
+# `cargo test -p aria-core --features wgpu --test wgpu_linear` with CI=true, so that a missing
+# adapter fails instead of skipping. Extra arguments are passed to `cargo test`.
+# Cold: ~5-8 minutes on 2 cores (mostly building wgpu); the tests themselves take ~1 s.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! dpkg -s mesa-vulkan-drivers libvulkan1 >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q mesa-vulkan-drivers libvulkan1
+fi
+
+# The GL and surface paths are unused; keep the loader from probing a display.
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
+CI=true cargo test -p aria-core --features wgpu --test wgpu_linear "$@" -- --nocapture

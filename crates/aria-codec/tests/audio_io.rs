@@ -1,0 +1,170 @@
+#![allow(clippy::unwrap_used)]
+//! WAV round trips, reading errors, resampling, channel fixing and padding.
+
+use aria_codec::audio::{self, AudioClip, WavFormat};
+use aria_codec::CodecError;
+use aria_core::Tensor;
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("aria-codec-test-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+fn sine(ch: usize, n: usize, sr: f32, f: f32) -> Tensor {
+    let mut v = Vec::with_capacity(ch * n);
+    for c in 0..ch {
+        for i in 0..n {
+            v.push(0.5 * (std::f32::consts::TAU * f * i as f32 / sr + c as f32).sin());
+        }
+    }
+    Tensor::from_vec(v, &[ch, n]).unwrap()
+}
+
+#[test]
+fn wav_f32_round_trip_is_exact() {
+    let x = sine(2, 1000, 44100.0, 440.0);
+    let p = tmp("f32.wav");
+    audio::write_wav(&p, &x.unsqueeze(0).unwrap(), 44100, WavFormat::F32).unwrap();
+    let c = audio::read_audio(&p).unwrap();
+    assert_eq!(c.sample_rate, 44100);
+    assert_eq!(c.data.shape(), &[2, 1000]);
+    assert_eq!(c.data.to_vec_f32().unwrap(), x.to_vec_f32().unwrap());
+}
+
+#[test]
+fn wav_pcm16_round_trip_within_quantisation() {
+    let x = sine(2, 1000, 44100.0, 440.0);
+    let p = tmp("i16.wav");
+    audio::write_wav(&p, &x, 44100, WavFormat::Pcm16).unwrap();
+    let c = audio::read_audio(&p).unwrap();
+    let (a, b) = (c.data.to_vec_f32().unwrap(), x.to_vec_f32().unwrap());
+    let e = a
+        .iter()
+        .zip(&b)
+        .map(|(p, q)| (p - q).abs())
+        .fold(0f32, f32::max);
+    assert!(e < 1.0 / 16000.0, "max error {e}");
+}
+
+#[test]
+fn unreadable_and_empty_files_name_the_file() {
+    let p = tmp("garbage.mp3");
+    std::fs::write(&p, b"this is not audio at all").unwrap();
+    let e = audio::read_audio(&p).unwrap_err();
+    assert!(matches!(e, CodecError::Audio { .. }));
+    assert!(e.to_string().contains("garbage.mp3"), "{e}");
+
+    let p = tmp("empty.wav");
+    audio::write_wav(
+        &p,
+        &Tensor::zeros(&[2, 0], aria_core::DType::F32),
+        44100,
+        WavFormat::F32,
+    )
+    .unwrap();
+    let e = audio::read_audio(&p).unwrap_err();
+    assert!(
+        e.to_string().contains("empty.wav") && e.to_string().contains("no audio"),
+        "{e}"
+    );
+
+    let e = audio::read_audio(tmp("missing.flac")).unwrap_err();
+    assert!(e.to_string().contains("missing.flac"), "{e}");
+}
+
+#[test]
+fn resample_keeps_a_sine_and_the_length() {
+    let x = sine(1, 48000, 48000.0, 1000.0);
+    let y = audio::resample(&x, 48000, 44100).unwrap();
+    assert_eq!(y.shape(), &[1, 44100]);
+    let v = y.to_vec_f32().unwrap();
+    // Compare against the ideal 1 kHz sine at 44.1 kHz away from the edges.
+    let mut err = 0f32;
+    for (i, s) in v.iter().enumerate().take(40000).skip(1000) {
+        let want = 0.5 * (std::f32::consts::TAU * 1000.0 * i as f32 / 44100.0).sin();
+        err = err.max((s - want).abs());
+    }
+    assert!(err < 2e-3, "max deviation {err}");
+    // Same rate: untouched.
+    let z = audio::resample(&x, 48000, 48000).unwrap();
+    assert_eq!(z.to_vec_f32().unwrap(), x.to_vec_f32().unwrap());
+}
+
+#[test]
+fn prepare_audio_fixes_channels_and_length() {
+    let mono = AudioClip {
+        data: sine(1, 300, 44100.0, 100.0),
+        sample_rate: 44100,
+    };
+    let y = audio::prepare_audio(&mono, 44100, Some(500), 2).unwrap();
+    assert_eq!(y.shape(), &[1, 2, 500]);
+    let v = y.to_vec_f32().unwrap();
+    assert_eq!(&v[..300], &v[500..800], "mono duplicated");
+    assert!(v[300..500].iter().all(|&s| s == 0.0), "zero padded");
+
+    let quad = AudioClip {
+        data: sine(4, 300, 44100.0, 100.0),
+        sample_rate: 44100,
+    };
+    let y = audio::prepare_audio(&quad, 44100, Some(200), 2).unwrap();
+    assert_eq!(y.shape(), &[1, 2, 200]);
+    let q = quad.data.to_vec_f32().unwrap();
+    let v = y.to_vec_f32().unwrap();
+    assert_eq!(
+        &v[..200],
+        &q[..200],
+        "first channel, cropped from the start"
+    );
+    assert_eq!(&v[200..400], &q[300..500], "second channel");
+}
+
+/// A 16-bit PCM AIFF file written by hand (read through symphonia, not hound).
+fn write_aiff(path: &std::path::Path, ch: u16, rate: u16, samples: &[i16]) {
+    let frames = (samples.len() / ch as usize) as u32;
+    let data_len = (samples.len() * 2) as u32;
+    let mut b = Vec::new();
+    b.extend_from_slice(b"FORM");
+    b.extend_from_slice(&(4 + 8 + 18 + 8 + 8 + data_len).to_be_bytes());
+    b.extend_from_slice(b"AIFF");
+    b.extend_from_slice(b"COMM");
+    b.extend_from_slice(&18u32.to_be_bytes());
+    b.extend_from_slice(&ch.to_be_bytes());
+    b.extend_from_slice(&frames.to_be_bytes());
+    b.extend_from_slice(&16u16.to_be_bytes());
+    // 80-bit extended sample rate.
+    let e = 15 - rate.leading_zeros() as u16;
+    b.extend_from_slice(&(16383 + e).to_be_bytes());
+    b.extend_from_slice(&((rate as u64) << (63 - e)).to_be_bytes());
+    b.extend_from_slice(b"SSND");
+    b.extend_from_slice(&(8 + data_len).to_be_bytes());
+    b.extend_from_slice(&0u32.to_be_bytes());
+    b.extend_from_slice(&0u32.to_be_bytes());
+    for s in samples {
+        b.extend_from_slice(&s.to_be_bytes());
+    }
+    std::fs::write(path, b).unwrap();
+}
+
+#[test]
+fn aiff_is_read_through_symphonia() {
+    let n = 500;
+    let mut inter = Vec::new();
+    for i in 0..n {
+        inter.push((i as i16 - 250) * 100);
+        inter.push(-(i as i16 - 250) * 100);
+    }
+    let p = tmp("tone.aiff");
+    write_aiff(&p, 2, 32000, &inter);
+    let c = audio::read_audio(&p).unwrap();
+    assert_eq!(c.sample_rate, 32000);
+    assert_eq!(c.data.shape(), &[2, n]);
+    let v = c.data.to_vec_f32().unwrap();
+    for i in 0..n {
+        assert_eq!(v[i], inter[2 * i] as f32 / 32768.0);
+        assert_eq!(v[n + i], inter[2 * i + 1] as f32 / 32768.0);
+    }
+    // Into the model's format: 44.1 kHz stereo of the requested length.
+    let x = audio::prepare_audio(&c, 44100, Some(700), 2).unwrap();
+    assert_eq!(x.shape(), &[1, 2, 700]);
+}

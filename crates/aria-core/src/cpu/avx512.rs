@@ -1,0 +1,106 @@
+//! AVX-512F matrix micro-kernel (x86-64): [`gemm_tile`] on panels of 32 columns. Every other
+//! kernel of this path is the AVX2 one (re-exported), so the CPU must support AVX2 and FMA too.
+#![allow(clippy::incompatible_msrv)]
+
+use std::arch::x86_64::*;
+
+pub use super::avx2::{dot, exp_sub_sum, max, scale, sigmoid, silu, sum, sumsq, sumsq_dev, swiglu};
+use super::scalar::{self, MR};
+
+/// Panel width of this path.
+pub const NR: usize = 32;
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile<const M: usize>(
+    kc: usize,
+    a: *const f32,
+    lda: usize,
+    bp: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+    nc: usize,
+    acc: bool,
+) {
+    // SAFETY: the caller checked the extents (`tile_extents_ok`) and runs with AVX-512F.
+    unsafe {
+        let mut c0 = [_mm512_setzero_ps(); M];
+        let mut c1 = [_mm512_setzero_ps(); M];
+        for k in 0..kc {
+            let b0 = _mm512_loadu_ps(bp.add(k * ldb));
+            let b1 = _mm512_loadu_ps(bp.add(k * ldb + 16));
+            for r in 0..M {
+                let av = _mm512_set1_ps(*a.add(r * lda + k));
+                c0[r] = _mm512_fmadd_ps(av, b0, c0[r]);
+                c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);
+            }
+        }
+        if nc == NR {
+            for r in 0..M {
+                let p = c.add(r * ldc);
+                let (mut v0, mut v1) = (c0[r], c1[r]);
+                if acc {
+                    v0 = _mm512_add_ps(_mm512_loadu_ps(p), v0);
+                    v1 = _mm512_add_ps(_mm512_loadu_ps(p.add(16)), v1);
+                }
+                _mm512_storeu_ps(p, v0);
+                _mm512_storeu_ps(p.add(16), v1);
+            }
+        } else {
+            let mut t = [0f32; NR];
+            for r in 0..M {
+                _mm512_storeu_ps(t.as_mut_ptr(), c0[r]);
+                _mm512_storeu_ps(t.as_mut_ptr().add(16), c1[r]);
+                let p = c.add(r * ldc);
+                for (j, tv) in t.iter().enumerate().take(nc) {
+                    if acc {
+                        *p.add(j) += tv;
+                    } else {
+                        *p.add(j) = *tv;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Micro-kernel of the packed matrix product on panels of [`NR`] = 32 columns; otherwise as
+/// [`scalar::gemm_tile`] (FMA accumulation).
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+///
+/// # Panics
+/// If a slice is shorter than the extents the call touches.
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm_tile(
+    mr: usize,
+    kc: usize,
+    a: &[f32],
+    lda: usize,
+    bp: &[f32],
+    ldb: usize,
+    c: &mut [f32],
+    ldc: usize,
+    nc: usize,
+    acc: bool,
+) {
+    assert!(
+        scalar::tile_extents_ok(NR, mr, kc, a, lda, bp, ldb, c, ldc, nc),
+        "gemm_tile extents"
+    );
+    let (a, bp, c) = (a.as_ptr(), bp.as_ptr(), c.as_mut_ptr());
+    // SAFETY: extents checked above; AVX-512F guaranteed by the caller.
+    unsafe {
+        match mr {
+            1 => tile::<1>(kc, a, lda, bp, ldb, c, ldc, nc, acc),
+            2 => tile::<2>(kc, a, lda, bp, ldb, c, ldc, nc, acc),
+            3 => tile::<3>(kc, a, lda, bp, ldb, c, ldc, nc, acc),
+            4 => tile::<4>(kc, a, lda, bp, ldb, c, ldc, nc, acc),
+            5 => tile::<5>(kc, a, lda, bp, ldb, c, ldc, nc, acc),
+            _ => tile::<MR>(kc, a, lda, bp, ldb, c, ldc, nc, acc),
+        }
+    }
+}

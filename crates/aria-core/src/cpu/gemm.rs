@@ -1,0 +1,445 @@
+//! Packed, blocked matrix product `C[M, N] = A[M, K] · B[K, N]` on top of the per-ISA
+//! micro-kernel `gemm_tile` (MR × NR register tile, NR = [`panel_width`] of the path, see [`super::scalar::gemm_tile`]).
+//!
+//! B comes from a [`BSrc`]: rows of a `[N, K]` weight in f32/f16/bf16 (possibly memory-mapped and
+//! unaligned; converted to f32 while packing), a row-major `[K, N]` f32 matrix, or the implicit
+//! im2col matrix of a 1-D convolution. B is packed into zero-padded panels of NR columns, KC rows
+//! at a time; A is read in place.
+//!
+//! Work is split into fixed blocks of output rows and columns (independent of the thread count),
+//! and each output's K-sum runs on one thread in a fixed order (KC blocks in sequence, each an
+//! FMA chain), so the result is bit-identical whatever the number of threads.
+
+use half::{bf16, f16, slice::HalfFloatSliceExt};
+use rayon::prelude::*;
+
+use super::scalar::MR;
+use super::{dispatch, panel_width, Isa};
+use crate::{CoreError, DType, Result, Tensor};
+
+/// Rows of K packed at a time.
+const KC: usize = 256;
+/// Output columns per task (a multiple of every NR).
+const NB: usize = 128;
+/// Output rows per task (a multiple of MR).
+const MB: usize = 240;
+
+/// Elements of a contiguous float tensor, typed when the storage is aligned for it.
+#[derive(Clone, Copy)]
+pub(crate) enum WData<'a> {
+    /// f32 elements.
+    F32(&'a [f32]),
+    /// f16 elements.
+    F16(&'a [f16]),
+    /// bf16 elements.
+    Bf16(&'a [bf16]),
+    /// Little-endian bytes of a float dtype whose storage is not aligned for it.
+    Raw(DType, &'a [u8]),
+}
+
+impl<'a> WData<'a> {
+    /// View a contiguous CPU float tensor.
+    pub(crate) fn of(op: &'static str, t: &'a Tensor) -> Result<WData<'a>> {
+        let bytes = t.as_bytes()?;
+        let d = t.dtype();
+        Ok(match d {
+            DType::F32 => bytemuck::try_cast_slice(bytes).map_or(WData::Raw(d, bytes), WData::F32),
+            DType::F16 => bytemuck::try_cast_slice(bytes).map_or(WData::Raw(d, bytes), WData::F16),
+            DType::BF16 => {
+                bytemuck::try_cast_slice(bytes).map_or(WData::Raw(d, bytes), WData::Bf16)
+            }
+            _ => {
+                return Err(CoreError::DType {
+                    op,
+                    dtype: d,
+                    reason: "a float tensor is required".into(),
+                })
+            }
+        })
+    }
+
+    /// Elements `start..start + out.len()` converted to f32 (the caller keeps them in range).
+    #[inline]
+    pub(crate) fn read(&self, start: usize, out: &mut [f32]) {
+        let n = out.len();
+        match *self {
+            WData::F32(s) => out.copy_from_slice(&s[start..start + n]),
+            WData::F16(s) => s[start..start + n].convert_to_f32_slice(out),
+            WData::Bf16(s) => s[start..start + n].convert_to_f32_slice(out),
+            WData::Raw(d, b) => {
+                let sz = d.size();
+                let b = &b[start * sz..(start + n) * sz];
+                for (o, c) in out.iter_mut().zip(b.chunks_exact(sz)) {
+                    *o = match d {
+                        DType::F16 => f16::from_le_bytes([c[0], c[1]]).to_f32(),
+                        DType::BF16 => bf16::from_le_bytes([c[0], c[1]]).to_f32(),
+                        _ => f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// Where the B operand comes from.
+#[derive(Clone, Copy)]
+pub(crate) enum BSrc<'a> {
+    /// `B[k][n] = w[n·ld + k]`: the rows of a `[N, K]` weight (linear layers, `K` of attention).
+    Nk(WData<'a>, usize),
+    /// `B[k][n] = b[k·ld + n]`: a row-major `[K, N]` f32 matrix.
+    Kn(&'a [f32], usize),
+    /// Implicit im2col of `x [Cin, L]` for a stride-1 convolution with kernel `kw` and `pad`
+    /// zeros each side: `B[ci·kw + j][t] = x[ci][t + j − pad]` (0 outside).
+    Conv {
+        /// The input, `[Cin, L]` row-major.
+        x: &'a [f32],
+        /// Input length.
+        l: usize,
+        /// Kernel size.
+        kw: usize,
+        /// Zero padding on each side.
+        pad: usize,
+    },
+}
+
+impl BSrc<'_> {
+    /// Pack `B[k0..k0+kc][j0..j0+nc]` into `out[kk·nr + jj]`, zero-padding columns `nc..nr`.
+    #[allow(clippy::too_many_arguments)]
+    fn pack(
+        &self,
+        nr: usize,
+        k0: usize,
+        kc: usize,
+        j0: usize,
+        nc: usize,
+        out: &mut [f32],
+        tmp: &mut Vec<f32>,
+    ) {
+        let out = &mut out[..kc * nr];
+        if nc < nr {
+            out.fill(0.0);
+        }
+        match *self {
+            BSrc::Nk(WData::F32(w), ld) => {
+                for jj in 0..nc {
+                    let row = &w[(j0 + jj) * ld + k0..(j0 + jj) * ld + k0 + kc];
+                    for (kk, v) in row.iter().enumerate() {
+                        out[kk * nr + jj] = *v;
+                    }
+                }
+            }
+            BSrc::Nk(w, ld) => {
+                tmp.resize(kc, 0.0);
+                for jj in 0..nc {
+                    w.read((j0 + jj) * ld + k0, &mut tmp[..kc]);
+                    for (kk, v) in tmp[..kc].iter().enumerate() {
+                        out[kk * nr + jj] = *v;
+                    }
+                }
+            }
+            BSrc::Kn(b, ld) => {
+                for kk in 0..kc {
+                    let s = (k0 + kk) * ld + j0;
+                    out[kk * nr..kk * nr + nc].copy_from_slice(&b[s..s + nc]);
+                }
+            }
+            BSrc::Conv { x, l, kw, pad } => {
+                for kk in 0..kc {
+                    let (ci, j) = ((k0 + kk) / kw, (k0 + kk) % kw);
+                    let row = &x[ci * l..(ci + 1) * l];
+                    let o = &mut out[kk * nr..kk * nr + nc];
+                    for (jj, ov) in o.iter_mut().enumerate() {
+                        let p = (j0 + jj + j).wrapping_sub(pad);
+                        *ov = if p < l { row[p] } else { 0.0 };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `C[M, N] = A[M, K] · B[K, N]` with `A[i][k] = a[i·lda + k]` and C row-major (`ldc = N`).
+/// Runs on the current rayon pool; bit-identical for any thread count.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm(
+    isa: Isa,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    b: &BSrc<'_>,
+    c: &mut [f32],
+) {
+    let c = &mut c[..m * n];
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        c.fill(0.0);
+        return;
+    }
+    let (mt, nt) = (m.div_ceil(MB), n.div_ceil(NB));
+    let blocks: Vec<(usize, usize, Vec<f32>)> = (0..mt * nt)
+        .into_par_iter()
+        .map(|t| {
+            let (mi, ni) = (t / nt, t % nt);
+            let (m0, n0) = (mi * MB, ni * NB);
+            let (mb, nb) = (MB.min(m - m0), NB.min(n - n0));
+            let mut cl = vec![0f32; mb * nb];
+            block(isa, mb, nb, k, &a[m0 * lda..], lda, b, n0, &mut cl);
+            (m0, n0, cl)
+        })
+        .collect();
+    for (m0, n0, cl) in blocks {
+        let nb = NB.min(n - n0);
+        for (r, row) in cl.chunks_exact(nb).enumerate() {
+            c[(m0 + r) * n + n0..(m0 + r) * n + n0 + nb].copy_from_slice(row);
+        }
+    }
+}
+
+/// One output block `C[mb, nb]` (row-major, `ldc = nb`) for B columns `n0..n0 + nb`.
+#[allow(clippy::too_many_arguments)]
+fn block(
+    isa: Isa,
+    mb: usize,
+    nb: usize,
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    b: &BSrc<'_>,
+    n0: usize,
+    c: &mut [f32],
+) {
+    let nr = panel_width(isa);
+    let np = nb.div_ceil(nr);
+    let mut bp = vec![0f32; np * KC * nr];
+    let mut tmp = Vec::new();
+    let mut k0 = 0;
+    while k0 < k {
+        let kc = KC.min(k - k0);
+        for p in 0..np {
+            let nc = nr.min(nb - p * nr);
+            b.pack(
+                nr,
+                k0,
+                kc,
+                n0 + p * nr,
+                nc,
+                &mut bp[p * KC * nr..(p + 1) * KC * nr],
+                &mut tmp,
+            );
+        }
+        let mut i0 = 0;
+        while i0 < mb {
+            let mr = MR.min(mb - i0);
+            let at = &a[i0 * lda + k0..];
+            for p in 0..np {
+                let nc = nr.min(nb - p * nr);
+                let panel = &bp[p * KC * nr..p * KC * nr + kc * nr];
+                let ct = &mut c[i0 * nb + p * nr..];
+                dispatch!(
+                    isa,
+                    gemm_tile(mr, kc, at, lda, panel, nr, ct, nb, nc, k0 > 0)
+                );
+            }
+            i0 += mr;
+        }
+        k0 += kc;
+    }
+}
+
+/// B panels for many small products (attention keys and values): packed once, or borrowed from
+/// a row-major `[K, N]` matrix whose width is a multiple of the panel width.
+pub(crate) struct Packed<'a> {
+    /// Panels: panel `p` starts at `p · pstride`, its row `k` at `k · ldb` from there.
+    pub data: std::borrow::Cow<'a, [f32]>,
+    /// Panel width.
+    pub nr: usize,
+    /// Row stride inside a panel.
+    pub ldb: usize,
+    /// Distance between panels.
+    pub pstride: usize,
+}
+
+impl<'a> Packed<'a> {
+    /// Use a row-major `[k, n]` matrix in place when its width is a multiple of the panel width of
+    /// `isa`, else pack it.
+    pub(crate) fn kn(isa: Isa, b: &'a [f32], k: usize, n: usize) -> Packed<'a> {
+        let nr = panel_width(isa);
+        if n % nr == 0 {
+            Packed {
+                data: std::borrow::Cow::Borrowed(&b[..k * n]),
+                nr,
+                ldb: n,
+                pstride: nr,
+            }
+        } else {
+            Packed::new(isa, &BSrc::Kn(b, n), k, n)
+        }
+    }
+
+    /// Pack `B[0..k][0..n]` whole (one K block) for the micro-kernel of `isa`.
+    pub(crate) fn new(isa: Isa, b: &BSrc<'_>, k: usize, n: usize) -> Packed<'static> {
+        let nr = panel_width(isa);
+        let np = n.div_ceil(nr);
+        let mut data = vec![0f32; np * k * nr];
+        let mut tmp = Vec::new();
+        if k > 0 {
+            for p in 0..np {
+                let nc = nr.min(n - p * nr);
+                b.pack(
+                    nr,
+                    0,
+                    k,
+                    p * nr,
+                    nc,
+                    &mut data[p * k * nr..(p + 1) * k * nr],
+                    &mut tmp,
+                );
+            }
+        }
+        Packed {
+            data: std::borrow::Cow::Owned(data),
+            nr,
+            ldb: nr,
+            pstride: k * nr,
+        }
+    }
+
+    /// Panel `p` from row `k0` on (rows `k0..k0 + kc` readable).
+    #[inline]
+    pub(crate) fn panel(&self, p: usize, k0: usize, kc: usize) -> &[f32] {
+        let s = p * self.pstride + k0 * self.ldb;
+        &self.data[s..s + (kc.max(1) - 1) * self.ldb + self.nr]
+    }
+}
+
+/// `C[m × ldc] (=|+=) A[m × kc] · Bpacked[k0..k0+kc][n0..n1]`, written at columns `0..n1 − n0`
+/// of C, where `n0` is a multiple of the panel width. Single-threaded.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn small(
+    isa: Isa,
+    m: usize,
+    a: &[f32],
+    lda: usize,
+    b: &Packed,
+    k0: usize,
+    kc: usize,
+    n0: usize,
+    n1: usize,
+    c: &mut [f32],
+    ldc: usize,
+    acc: bool,
+) {
+    let nr = b.nr;
+    debug_assert_eq!(n0 % nr, 0);
+    if kc == 0 {
+        if !acc {
+            for r in 0..m {
+                c[r * ldc..r * ldc + (n1 - n0)].fill(0.0);
+            }
+        }
+        return;
+    }
+    let mut i0 = 0;
+    while i0 < m {
+        let mr = MR.min(m - i0);
+        let mut j = n0;
+        while j < n1 {
+            let nc = nr.min(n1 - j);
+            let panel = b.panel(j / nr, k0, kc);
+            let ct = &mut c[i0 * ldc + (j - n0)..];
+            dispatch!(
+                isa,
+                gemm_tile(mr, kc, &a[i0 * lda..], lda, panel, b.ldb, ct, ldc, nc, acc)
+            );
+            j += nc;
+        }
+        i0 += mr;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Unaligned f32/f16/bf16 weight bytes (as in a memory-mapped file) give the same product as
+    /// the aligned typed slices.
+    #[test]
+    fn unaligned_weights() {
+        let (m, n, k) = (7, 19, 300);
+        let a: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+            .collect();
+        let w: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 53 % 97) as f32 - 48.0) / 48.0)
+            .collect();
+        for isa in Isa::available() {
+            let mut want = vec![0f32; m * n];
+            gemm(isa, m, n, k, &a, k, &BSrc::Nk(WData::F32(&w), k), &mut want);
+            let mut bytes = vec![0u8; 1];
+            bytes.extend(w.iter().flat_map(|v| v.to_le_bytes()));
+            let mut got = vec![0f32; m * n];
+            gemm(
+                isa,
+                m,
+                n,
+                k,
+                &a,
+                k,
+                &BSrc::Nk(WData::Raw(DType::F32, &bytes[1..]), k),
+                &mut got,
+            );
+            assert_eq!(got, want, "{isa:?} f32 unaligned");
+            for d in [DType::F16, DType::BF16] {
+                let h: Vec<u16> = w
+                    .iter()
+                    .map(|&v| {
+                        if d == DType::F16 {
+                            f16::from_f32(v).to_bits()
+                        } else {
+                            bf16::from_f32(v).to_bits()
+                        }
+                    })
+                    .collect();
+                let mut bytes = vec![0u8; 1];
+                bytes.extend(h.iter().flat_map(|v| v.to_le_bytes()));
+                let typed: Vec<f32> = h
+                    .iter()
+                    .map(|&b| {
+                        if d == DType::F16 {
+                            f16::from_bits(b).to_f32()
+                        } else {
+                            bf16::from_bits(b).to_f32()
+                        }
+                    })
+                    .collect();
+                let mut want = vec![0f32; m * n];
+                gemm(
+                    isa,
+                    m,
+                    n,
+                    k,
+                    &a,
+                    k,
+                    &BSrc::Nk(WData::F32(&typed), k),
+                    &mut want,
+                );
+                let mut got = vec![0f32; m * n];
+                gemm(
+                    isa,
+                    m,
+                    n,
+                    k,
+                    &a,
+                    k,
+                    &BSrc::Nk(WData::Raw(d, &bytes[1..]), k),
+                    &mut got,
+                );
+                assert_eq!(got, want, "{isa:?} {d} unaligned");
+            }
+        }
+    }
+}
