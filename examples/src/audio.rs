@@ -66,11 +66,20 @@ pub fn resample(x: &[f32], from: u32, to: u32) -> Vec<f32> {
 /// The reference `prepare_audio`: resample to `sample_rate`, zero-pad or crop (from the start)
 /// to `length` samples, then make `channels` channels (mono is duplicated, extra channels are
 /// dropped). Returns `[1, channels, length]`.
-pub fn prepare_audio(clip: &AudioClip, sample_rate: u32, length: usize, channels: usize) -> Result<Tensor> {
+pub fn prepare_audio(
+    clip: &AudioClip,
+    sample_rate: u32,
+    length: usize,
+    channels: usize,
+) -> Result<Tensor> {
     let s = clip.data.shape();
     let (ch, n) = (s[0], s[1]);
     let v = clip.data.to_dtype(DType::F32)?.contiguous()?.to_vec_f32()?;
-    let rows: Vec<f32> = v.chunks(n.max(1)).take(ch).flat_map(|c| resample(c, clip.sample_rate, sample_rate)).collect();
+    let rows: Vec<f32> = v
+        .chunks(n.max(1))
+        .take(ch)
+        .flat_map(|c| resample(c, clip.sample_rate, sample_rate))
+        .collect();
     let m = rows.len() / ch.max(1);
     let x = Tensor::from_vec(rows, &[ch, m])?;
     let x = pad_crop(&x, length)?;
@@ -84,7 +93,9 @@ mod tests {
 
     #[test]
     fn resample_keeps_a_low_sine_and_has_the_reference_length() {
-        let x: Vec<f32> = (0..4800).map(|i| (2.0 * std::f32::consts::PI * 440.0 * i as f32 / 48000.0).sin()).collect();
+        let x: Vec<f32> = (0..4800)
+            .map(|i| (2.0 * std::f32::consts::PI * 440.0 * i as f32 / 48000.0).sin())
+            .collect();
         let y = resample(&x, 48000, 44100);
         assert_eq!(y.len(), 4410);
         for (i, v) in y.iter().enumerate().skip(200).take(4000) {
@@ -95,9 +106,15 @@ mod tests {
 
     #[test]
     fn prepare_pads_and_duplicates_mono() {
-        let clip = AudioClip { data: Tensor::from_vec(vec![0.5f32, -0.25, 0.125], &[1, 3]).unwrap(), sample_rate: 44100 };
+        let clip = AudioClip {
+            data: Tensor::from_vec(vec![0.5f32, -0.25, 0.125], &[1, 3]).unwrap(),
+            sample_rate: 44100,
+        };
         let s = prepare_audio(&clip, 44100, 5, 2).unwrap();
         assert_eq!(s.shape(), &[1, 2, 5]);
-        assert_eq!(s.to_vec_f32().unwrap(), vec![0.5, -0.25, 0.125, 0.0, 0.0, 0.5, -0.25, 0.125, 0.0, 0.0]);
+        assert_eq!(
+            s.to_vec_f32().unwrap(),
+            vec![0.5, -0.25, 0.125, 0.0, 0.0, 0.5, -0.25, 0.125, 0.0, 0.0]
+        );
     }
 }

@@ -52,7 +52,10 @@ impl SearchPaths {
             }
         }
         let local_roots = std::env::current_dir().map(|d| vec![d]).unwrap_or_default();
-        SearchPaths { hub_caches, local_roots }
+        SearchPaths {
+            hub_caches,
+            local_roots,
+        }
     }
 }
 
@@ -62,8 +65,17 @@ pub fn repo_id_for(name: &str) -> Option<String> {
     if name.contains('/') {
         return Some(name.to_string());
     }
-    let known = ["small-music", "small-sfx", "medium", "small-music-base", "small-sfx-base", "medium-base"];
-    known.contains(&name).then(|| format!("stabilityai/stable-audio-3-{name}"))
+    let known = [
+        "small-music",
+        "small-sfx",
+        "medium",
+        "small-music-base",
+        "small-sfx-base",
+        "medium-base",
+    ];
+    known
+        .contains(&name)
+        .then(|| format!("stabilityai/stable-audio-3-{name}"))
 }
 
 /// What a candidate folder lacks (empty: complete).
@@ -72,7 +84,9 @@ pub fn missing_files(dir: &Path) -> Vec<String> {
     if !dir.join("model_config.json").is_file() {
         missing.push("model_config.json".to_string());
     }
-    if !dir.join("model.safetensors").is_file() && !dir.join("model.safetensors.index.json").is_file() {
+    if !dir.join("model.safetensors").is_file()
+        && !dir.join("model.safetensors.index.json").is_file()
+    {
         missing.push("model.safetensors".to_string());
     }
     let t5 = t5_folder(dir);
@@ -92,13 +106,19 @@ pub fn t5_folder(dir: &Path) -> PathBuf {
         .ok()
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
     let rel = cfg.as_ref().and_then(|c| {
-        c.pointer("/model/conditioning/configs")?.as_array()?.iter().find_map(|e| {
-            if e.get("type")?.as_str()? != "t5gemma" {
-                return None;
-            }
-            let c = e.get("config")?;
-            c.get("model_path").or_else(|| c.get("subfolder"))?.as_str().map(str::to_string)
-        })
+        c.pointer("/model/conditioning/configs")?
+            .as_array()?
+            .iter()
+            .find_map(|e| {
+                if e.get("type")?.as_str()? != "t5gemma" {
+                    return None;
+                }
+                let c = e.get("config")?;
+                c.get("model_path")
+                    .or_else(|| c.get("subfolder"))?
+                    .as_str()
+                    .map(str::to_string)
+            })
     });
     dir.join(rel.unwrap_or_else(|| T5_FOLDER.to_string()))
 }
@@ -112,7 +132,12 @@ fn complete(dir: &Path) -> Option<ModelFiles> {
     } else {
         dir.join("model.safetensors.index.json")
     };
-    Some(ModelFiles { dir: dir.to_path_buf(), config: dir.join("model_config.json"), weights, t5_dir: t5_folder(dir) })
+    Some(ModelFiles {
+        dir: dir.to_path_buf(),
+        config: dir.join("model_config.json"),
+        weights,
+        t5_dir: t5_folder(dir),
+    })
 }
 
 /// Snapshot folders of `repo` in a hub cache: the one `refs/main` points at first, then the
@@ -123,13 +148,16 @@ fn snapshots(cache: &Path, repo: &str) -> Vec<PathBuf> {
         .map(|rd| {
             rd.filter_map(|e| e.ok())
                 .map(|e| {
-                    let t = e.metadata().and_then(|m| m.modified()).unwrap_or(std::time::UNIX_EPOCH);
+                    let t = e
+                        .metadata()
+                        .and_then(|m| m.modified())
+                        .unwrap_or(std::time::UNIX_EPOCH);
                     (t, e.path())
                 })
                 .collect()
         })
         .unwrap_or_default();
-    out.sort_by(|a, b| b.0.cmp(&a.0));
+    out.sort_by_key(|e| std::cmp::Reverse(e.0));
     let mut dirs: Vec<PathBuf> = out.into_iter().map(|(_, p)| p).collect();
     if let Ok(main) = std::fs::read_to_string(root.join("refs/main")) {
         let main = root.join("snapshots").join(main.trim());
@@ -145,11 +173,19 @@ fn snapshots(cache: &Path, repo: &str) -> Vec<PathBuf> {
 /// When nothing is found the error lists every place looked at and what was missing there.
 pub fn resolve_model(spec: &str, search: &SearchPaths) -> Result<ModelFiles> {
     let as_path = Path::new(spec);
-    let looks_like_path = as_path.exists() || spec.starts_with('.') || spec.starts_with('/') || spec.contains('\\');
+    let looks_like_path =
+        as_path.exists() || spec.starts_with('.') || spec.starts_with('/') || spec.contains('\\');
     if looks_like_path {
-        let dir = if as_path.is_file() { as_path.parent().unwrap_or(Path::new(".")) } else { as_path };
+        let dir = if as_path.is_file() {
+            as_path.parent().unwrap_or(Path::new("."))
+        } else {
+            as_path
+        };
         if !dir.is_dir() {
-            return Err(Error::ModelNotFound { spec: spec.into(), details: format!("{} is not a folder", dir.display()) });
+            return Err(Error::ModelNotFound {
+                spec: spec.into(),
+                details: format!("{} is not a folder", dir.display()),
+            });
         }
         return complete(dir).ok_or_else(|| Error::ModelNotFound {
             spec: spec.into(),
@@ -164,13 +200,19 @@ pub fn resolve_model(spec: &str, search: &SearchPaths) -> Result<ModelFiles> {
             if snaps.is_empty() {
                 looked.push(format!(
                     "{} (no snapshot)",
-                    cache.join(format!("models--{}", repo.replace('/', "--"))).display()
+                    cache
+                        .join(format!("models--{}", repo.replace('/', "--")))
+                        .display()
                 ));
             }
             for s in snaps {
                 match complete(&s) {
                     Some(f) => return Ok(f),
-                    None => looked.push(format!("{} (lacks {})", s.display(), missing_files(&s).join(", "))),
+                    None => looked.push(format!(
+                        "{} (lacks {})",
+                        s.display(),
+                        missing_files(&s).join(", ")
+                    )),
                 }
             }
         }
@@ -187,7 +229,11 @@ pub fn resolve_model(spec: &str, search: &SearchPaths) -> Result<ModelFiles> {
             if d.is_dir() {
                 match complete(&d) {
                     Some(f) => return Ok(f),
-                    None => looked.push(format!("{} (lacks {})", d.display(), missing_files(&d).join(", "))),
+                    None => looked.push(format!(
+                        "{} (lacks {})",
+                        d.display(),
+                        missing_files(&d).join(", ")
+                    )),
                 }
             } else {
                 looked.push(format!("{} (no folder)", d.display()));
@@ -195,10 +241,15 @@ pub fn resolve_model(spec: &str, search: &SearchPaths) -> Result<ModelFiles> {
         }
     }
     let hint = match &repo {
-        Some(r) => format!("; download it with `huggingface-cli download {r}` or pass --model <folder>"),
+        Some(r) => {
+            format!("; download it with `huggingface-cli download {r}` or pass --model <folder>")
+        }
         None => "; pass --model <folder> or one of small-music, small-sfx, medium".to_string(),
     };
-    Err(Error::ModelNotFound { spec: spec.into(), details: format!("looked in {}{hint}", looked.join("; ")) })
+    Err(Error::ModelNotFound {
+        spec: spec.into(),
+        details: format!("looked in {}{hint}", looked.join("; ")),
+    })
 }
 
 #[cfg(test)]
@@ -216,9 +267,17 @@ mod tests {
         let cache = root.join("hub");
         let snap = cache.join("models--stabilityai--stable-audio-3-small-music/snapshots/abc");
         touch(&snap.join("model_config.json"));
-        let search = SearchPaths { hub_caches: vec![cache.clone()], local_roots: vec![root.clone()] };
-        let err = resolve_model("small-music", &search).unwrap_err().to_string();
-        assert!(err.contains("model.safetensors") && err.contains("abc"), "{err}");
+        let search = SearchPaths {
+            hub_caches: vec![cache.clone()],
+            local_roots: vec![root.clone()],
+        };
+        let err = resolve_model("small-music", &search)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("model.safetensors") && err.contains("abc"),
+            "{err}"
+        );
         assert!(err.contains("t5gemma-b-b-ul2/tokenizer.json"), "{err}");
         touch(&snap.join("model.safetensors"));
         for f in ["config.json", "model.safetensors", "tokenizer.json"] {
@@ -228,8 +287,13 @@ mod tests {
         assert_eq!(found.dir, snap);
         assert_eq!(found.t5_dir, snap.join("t5gemma-b-b-ul2"));
         let err = resolve_model("medium", &search).unwrap_err().to_string();
-        assert!(err.contains("models--stabilityai--stable-audio-3-medium"), "{err}");
-        let err = resolve_model("no-such-model", &search).unwrap_err().to_string();
+        assert!(
+            err.contains("models--stabilityai--stable-audio-3-medium"),
+            "{err}"
+        );
+        let err = resolve_model("no-such-model", &search)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("no-such-model"), "{err}");
         std::fs::remove_dir_all(&root).ok();
     }

@@ -77,6 +77,9 @@ pub enum Error {
 impl Error {
     /// An [`Error::Io`] for `path`.
     pub fn io(path: &Path, source: std::io::Error) -> Error {
-        Error::Io { path: path.to_path_buf(), source }
+        Error::Io {
+            path: path.to_path_buf(),
+            source,
+        }
     }
 }

@@ -64,11 +64,18 @@ pub fn model_info(files: &ModelFiles) -> Result<ModelInfo> {
     let t5 = WeightLoader::open(&[files.t5_dir.join("model.safetensors")])?;
     for n in t5.names() {
         let (_, i) = t5.info(&n)?;
-        let key = if n.contains("decoder.") { "text encoder (unused decoder)" } else { "text encoder" };
+        let key = if n.contains("decoder.") {
+            "text encoder (unused decoder)"
+        } else {
+            "text encoder"
+        };
         add(&mut groups, key, i.dtype, &i.shape);
     }
     let cfg = aria_core::config::read_json(&files.config)?;
-    let d = cfg.pointer("/model/diffusion/config").cloned().unwrap_or_default();
+    let d = cfg
+        .pointer("/model/diffusion/config")
+        .cloned()
+        .unwrap_or_default();
     let g = |p: &str| d.pointer(p).and_then(|v| v.as_u64()).unwrap_or(0);
     let mut facts = vec![format!(
         "DiT: width {}, {} blocks, {} heads, {} memory tokens, {} attention",
@@ -76,10 +83,23 @@ pub fn model_info(files: &ModelFiles) -> Result<ModelInfo> {
         g("/depth"),
         g("/num_heads"),
         g("/num_memory_tokens"),
-        if d.pointer("/attn_kwargs/differential").and_then(|v| v.as_bool()).unwrap_or(false) { "differential" } else { "standard" }
+        if d.pointer("/attn_kwargs/differential")
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false)
+        {
+            "differential"
+        } else {
+            "standard"
+        }
     )];
-    if let Some(ds) = cfg.pointer("/model/pretransform/config/downsampling_ratio").and_then(|v| v.as_u64()) {
-        let sr = cfg.get("sample_rate").and_then(|v| v.as_u64()).unwrap_or(44100);
+    if let Some(ds) = cfg
+        .pointer("/model/pretransform/config/downsampling_ratio")
+        .and_then(|v| v.as_u64())
+    {
+        let sr = cfg
+            .get("sample_rate")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(44100);
         facts.push(format!(
             "latents: {} channels at {:.4} Hz ({ds} samples each)",
             g("/io_channels"),
@@ -100,12 +120,23 @@ impl ModelInfo {
         for f in &self.facts {
             let _ = writeln!(s, "{f}");
         }
-        let _ = writeln!(s, "{:<30} {:>8} {:>16} {:>10}  dtypes", "component", "tensors", "parameters", "GB");
+        let _ = writeln!(
+            s,
+            "{:<30} {:>8} {:>16} {:>10}  dtypes",
+            "component", "tensors", "parameters", "GB"
+        );
         let mut mapped = 0usize;
         let mut converted = 0usize;
         for (k, g) in &self.groups {
             let dt: Vec<String> = g.dtypes.keys().cloned().collect();
-            let _ = writeln!(s, "{k:<30} {:>8} {:>16} {:>10.3}  {}", g.tensors, g.params, gb(g.bytes), dt.join(","));
+            let _ = writeln!(
+                s,
+                "{k:<30} {:>8} {:>16} {:>10.3}  {}",
+                g.tensors,
+                g.params,
+                gb(g.bytes),
+                dt.join(",")
+            );
             if k.contains("unused") {
                 continue;
             }

@@ -8,11 +8,27 @@
 //! ([`synth`]) for demos and benchmarks.
 //!
 //! ```no_run
+//! use std::ops::ControlFlow;
+//!
 //! use aria::discover::{resolve_model, SearchPaths};
+//! use aria::{Event, GenerateRequest, LoadOptions, Pipeline, SeededNoise};
+//!
 //! # fn main() -> aria::Result<()> {
 //! // A folder laid out like the official release, or a name found in the Hugging Face cache.
 //! let files = resolve_model("small-music", &SearchPaths::from_env())?;
-//! println!("weights: {}", files.weights.display());
+//! let pipe = Pipeline::load(&files, &LoadOptions::default())?;
+//!
+//! let mut req = GenerateRequest::new("warm ambient pad, slow evolving", 10.0);
+//! req.steps = 8;
+//! let mut noise = SeededNoise::new(42);
+//! let out = pipe.generate(&req, &mut noise, &mut |e| {
+//!     if let Event::Step { index, total, .. } = e {
+//!         eprintln!("step {}/{total}", index + 1);
+//!     }
+//!     ControlFlow::Continue(()) // ControlFlow::Break(()) cancels
+//! })?;
+//! // `out.audio` is [2, samples] at 44.1 kHz; `out.latents` [1, 256, T].
+//! aria_codec::audio::write_wav("out.wav", &out.audio, pipe.sample_rate(), aria_codec::audio::WavFormat::F32)?;
 //! # Ok(()) }
 //! ```
 
@@ -27,7 +43,7 @@ pub mod rng;
 pub mod synth;
 
 pub use aria_codec::audio::AudioClip;
+pub use aria_dit::sampler::SamplerKind;
 pub use error::{Error, Result};
 pub use noise::{NoiseSource, ReplayNoise, SeededNoise};
-pub use aria_dit::sampler::SamplerKind;
 pub use pipeline::{Event, GenerateRequest, Generated, LoadOptions, Pipeline, Timings};

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use aria::discover::{resolve_model, ModelFiles, SearchPaths};
 use aria::noise::{NoiseSource, RecordingNoise, ReplayNoise, SeededNoise};
-use aria::pipeline::{Event, GenerateRequest, Inpaint, InitAudio, LoadOptions, Pipeline};
-use aria::SamplerKind;
+use aria::pipeline::{Event, GenerateRequest, InitAudio, Inpaint, LoadOptions, Pipeline};
 use aria::synth::{self, Preset};
+use aria::SamplerKind;
 use aria::{Error, Result};
 use aria_codec::audio::{read_audio, write_wav, WavFormat};
 use aria_core::Tensor;
@@ -18,7 +18,11 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Parser)]
-#[command(name = "aria", version, about = "Stable Audio 3 text-to-audio, natively in Rust")]
+#[command(
+    name = "aria",
+    version,
+    about = "Stable Audio 3 text-to-audio, natively in Rust"
+)]
 struct Cli {
     /// No progress bars and no timing summary.
     #[arg(long, short, global = true)]
@@ -214,7 +218,9 @@ fn demo_model(ui: &Ui) -> Result<ModelFiles> {
 }
 
 fn random_seed() -> u64 {
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
     (t.as_nanos() as u64 ^ u64::from(std::process::id())) % 100_000
 }
 
@@ -233,16 +239,25 @@ fn noise_source(args: &NoiseArgs, ui: &Ui) -> Result<Box<dyn NoiseSource>> {
 }
 
 fn parse_range(s: &str) -> Result<(f64, f64)> {
-    let bad = || Error::Input(format!("--inpaint-range `{s}`: expected START,END in seconds"));
+    let bad = || {
+        Error::Input(format!(
+            "--inpaint-range `{s}`: expected START,END in seconds"
+        ))
+    };
     let (a, b) = s.split_once(',').ok_or_else(bad)?;
-    Ok((a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?))
+    Ok((
+        a.trim().parse().map_err(|_| bad())?,
+        b.trim().parse().map_err(|_| bad())?,
+    ))
 }
 
 fn parse_lora(s: &str) -> Result<(PathBuf, f32)> {
     match s.rsplit_once(':') {
         Some((p, st)) if !p.is_empty() => match st.parse::<f32>() {
             Ok(v) if v.is_finite() => Ok((PathBuf::from(p), v)),
-            _ => Err(Error::Input(format!("--lora `{s}`: strength `{st}` is not a number"))),
+            _ => Err(Error::Input(format!(
+                "--lora `{s}`: strength `{st}` is not a number"
+            ))),
         },
         _ => Ok((PathBuf::from(s), 1.0)),
     }
@@ -252,7 +267,9 @@ fn load(model: &Option<String>, opts: &LoadOptions, ui: &Ui) -> Result<Pipeline>
     let files = match model {
         Some(m) => resolve_model(m, &SearchPaths::from_env())?,
         None => {
-            ui.note("no --model given: using a tiny model with RANDOM weights; its output is noise.");
+            ui.note(
+                "no --model given: using a tiny model with RANDOM weights; its output is noise.",
+            );
             ui.note("For real audio pass --model small-music (downloaded Hugging Face folder) or --model <folder>.");
             demo_model(ui)?
         }
@@ -264,37 +281,69 @@ fn load(model: &Option<String>, opts: &LoadOptions, ui: &Ui) -> Result<Pipeline>
 }
 
 fn write_audio(path: &Path, audio: &Tensor, sr: u32, pcm16: bool) -> Result<()> {
-    let fmt = if pcm16 { WavFormat::Pcm16 } else { WavFormat::F32 };
+    let fmt = if pcm16 {
+        WavFormat::Pcm16
+    } else {
+        WavFormat::F32
+    };
     Ok(write_wav(path, audio, sr, fmt)?)
 }
 
 fn generate(args: &GenerateArgs, ui: &Ui) -> Result<()> {
     if !(args.seconds.is_finite() && args.seconds > 0.0) {
-        return Err(Error::Input(format!("--seconds must be positive, got {}", args.seconds)));
+        return Err(Error::Input(format!(
+            "--seconds must be positive, got {}",
+            args.seconds
+        )));
     }
     let sampler = match &args.sampler {
         Some(s) => Some(match s.as_str() {
             "pingpong" | "ping-pong" => SamplerKind::PingPong,
             "euler" => SamplerKind::Euler,
-            _ => return Err(Error::Input(format!("--sampler `{s}`: expected pingpong or euler"))),
+            _ => {
+                return Err(Error::Input(format!(
+                    "--sampler `{s}`: expected pingpong or euler"
+                )))
+            }
         }),
         None => None,
     };
-    let loras = args.lora.iter().map(|s| parse_lora(s)).collect::<Result<Vec<_>>>()?;
-    let ranges = args.inpaint_range.iter().map(|s| parse_range(s)).collect::<Result<Vec<_>>>()?;
+    let loras = args
+        .lora
+        .iter()
+        .map(|s| parse_lora(s))
+        .collect::<Result<Vec<_>>>()?;
+    let ranges = args
+        .inpaint_range
+        .iter()
+        .map(|s| parse_range(s))
+        .collect::<Result<Vec<_>>>()?;
     if !ranges.is_empty() && args.inpaint_audio.is_none() {
         return Err(Error::Input("--inpaint-range needs --inpaint-audio".into()));
     }
     let init_audio = match &args.init_audio {
-        Some(p) => Some(InitAudio { clip: read_audio(p)?, noise_level: args.init_noise_level }),
+        Some(p) => Some(InitAudio {
+            clip: read_audio(p)?,
+            noise_level: args.init_noise_level,
+        }),
         None => None,
     };
     let inpaint = match &args.inpaint_audio {
-        Some(p) => Some(Inpaint { clip: read_audio(p)?, ranges }),
+        Some(p) => Some(Inpaint {
+            clip: read_audio(p)?,
+            ranges,
+        }),
         None => None,
     };
     let mut base_noise = noise_source(&args.noise, ui)?;
-    let pipe = load(&args.model.model, &LoadOptions { loras, ..Default::default() }, ui)?;
+    let pipe = load(
+        &args.model.model,
+        &LoadOptions {
+            loras,
+            ..Default::default()
+        },
+        ui,
+    )?;
     let ready = ui.start.elapsed();
     let mut req = GenerateRequest::new(args.prompt.clone(), args.seconds);
     req.steps = args.steps;
@@ -318,7 +367,9 @@ fn generate(args: &GenerateArgs, ui: &Ui) -> Result<()> {
                         return ProgressBar::hidden();
                     }
                     let pb = ProgressBar::new(*total as u64);
-                    if let Ok(st) = ProgressStyle::with_template("sampling {bar:30} {pos}/{len} steps {elapsed_precise}") {
+                    if let Ok(st) = ProgressStyle::with_template(
+                        "sampling {bar:30} {pos}/{len} steps {elapsed_precise}",
+                    ) {
                         pb.set_style(st);
                     }
                     pb
@@ -354,12 +405,19 @@ fn generate(args: &GenerateArgs, ui: &Ui) -> Result<()> {
     }
     if !ui.quiet {
         let t = &out.timings;
-        let per_step = if t.steps.is_empty() { Duration::ZERO } else { t.steps.iter().sum::<Duration>() / t.steps.len() as u32 };
+        let per_step = if t.steps.is_empty() {
+            Duration::ZERO
+        } else {
+            t.steps.iter().sum::<Duration>() / t.steps.len() as u32
+        };
         eprintln!(
             "wrote {} ({:.2} s, peak {:.3})",
             args.output.display(),
             out.audio.shape()[1] as f64 / f64::from(pipe.sample_rate()),
-            out.audio.to_vec_f32()?.iter().fold(0f32, |m, v| m.max(v.abs()))
+            out.audio
+                .to_vec_f32()?
+                .iter()
+                .fold(0f32, |m, v| m.max(v.abs()))
         );
         eprintln!(
             "timing: ready {} | text {} | {} steps × {} | decode {} | total {}",
@@ -390,7 +448,11 @@ fn demo(args: &DemoArgs, ui: &Ui) -> Result<()> {
         inpaint_range: Vec::new(),
         lora: Vec::new(),
         duration_padding: 6.0,
-        noise: NoiseArgs { seed: Some(args.seed), noise: None, noise_out: None },
+        noise: NoiseArgs {
+            seed: Some(args.seed),
+            noise: None,
+            noise_out: None,
+        },
         latents_out: None,
         output: args.output.clone(),
         pcm16: false,
@@ -418,7 +480,10 @@ fn decode(args: &DecodeArgs, ui: &Ui) -> Result<()> {
     } else if names.len() == 1 {
         names[0].clone()
     } else {
-        return Err(Error::Input(format!("{}: no tensor named `latents`", args.input.display())));
+        return Err(Error::Input(format!(
+            "{}: no tensor named `latents`",
+            args.input.display()
+        )));
     };
     let mut z = w.get_any(&name)?.to_dtype(aria_core::DType::F32)?;
     if z.rank() == 2 {
@@ -428,7 +493,11 @@ fn decode(args: &DecodeArgs, ui: &Ui) -> Result<()> {
     let pipe = load(&args.model.model, &LoadOptions::default(), ui)?;
     let c = pipe.config().model.io_channels;
     if z.rank() != 3 || z.shape()[0] != 1 || z.shape()[1] != c {
-        return Err(Error::Input(format!("{}: latents of shape {:?}, the model needs [1, {c}, T]", args.input.display(), z.shape())));
+        return Err(Error::Input(format!(
+            "{}: latents of shape {:?}, the model needs [1, {c}, T]",
+            args.input.display(),
+            z.shape()
+        )));
     }
     let pb = ui.spinner("decoding");
     let audio = pipe.decode_latents(&z, noise.as_mut())?;
@@ -453,12 +522,22 @@ fn info(args: &InfoArgs, ui: &Ui) -> Result<()> {
         max_samples: aria::pipeline::GENERATE_SAMPLE_SIZE.max(cfg.sample_size),
     };
     println!("model: {}", files.dir.display());
-    print!("{}", info.report(&geometry, cfg.model.diffusion.config.embed_dim, &[10.0, 30.0]));
+    print!(
+        "{}",
+        info.report(
+            &geometry,
+            cfg.model.diffusion.config.embed_dim,
+            &[10.0, 30.0]
+        )
+    );
     Ok(())
 }
 
 fn run(cli: &Cli, start: Instant) -> Result<()> {
-    let ui = Ui { quiet: cli.quiet, start };
+    let ui = Ui {
+        quiet: cli.quiet,
+        start,
+    };
     match &cli.cmd {
         Cmd::Generate(a) => generate(a, &ui),
         Cmd::Demo(a) => demo(a, &ui),

@@ -30,7 +30,9 @@ pub struct SeededNoise {
 impl SeededNoise {
     /// A source seeded with `seed`.
     pub fn new(seed: u64) -> SeededNoise {
-        SeededNoise { rng: Rng::new(seed) }
+        SeededNoise {
+            rng: Rng::new(seed),
+        }
     }
 }
 
@@ -59,7 +61,11 @@ impl ReplayNoise {
             .names()
             .into_iter()
             .filter_map(|n| {
-                let idx = n.strip_prefix(prefix)?.strip_prefix("draw_")?.parse::<usize>().ok()?;
+                let idx = n
+                    .strip_prefix(prefix)?
+                    .strip_prefix("draw_")?
+                    .parse::<usize>()
+                    .ok()?;
                 Some((idx, n))
             })
             .collect();
@@ -73,11 +79,18 @@ impl ReplayNoise {
         let mut draws = Vec::with_capacity(found.len());
         for (i, (idx, name)) in found.iter().enumerate() {
             if *idx != i {
-                return Err(Error::Noise { path: path.to_path_buf(), reason: format!("draw {i} is missing") });
+                return Err(Error::Noise {
+                    path: path.to_path_buf(),
+                    reason: format!("draw {i} is missing"),
+                });
             }
             draws.push(loader.get_any(name)?.to_dtype(aria_core::DType::F32)?);
         }
-        Ok(ReplayNoise { path: path.to_path_buf(), draws, next: 0 })
+        Ok(ReplayNoise {
+            path: path.to_path_buf(),
+            draws,
+            next: 0,
+        })
     }
 
     /// Draws not consumed yet.
@@ -91,12 +104,18 @@ impl NoiseSource for ReplayNoise {
         let i = self.next;
         let t = self.draws.get(i).ok_or_else(|| Error::Noise {
             path: self.path.clone(),
-            reason: format!("only {} draws stored, the run needs draw {i} ({what}, shape {shape:?})", self.draws.len()),
+            reason: format!(
+                "only {} draws stored, the run needs draw {i} ({what}, shape {shape:?})",
+                self.draws.len()
+            ),
         })?;
         if t.shape() != shape {
             return Err(Error::Noise {
                 path: self.path.clone(),
-                reason: format!("draw {i} ({what}) has shape {:?}, the run needs {shape:?}", t.shape()),
+                reason: format!(
+                    "draw {i} ({what}) has shape {:?}, the run needs {shape:?}",
+                    t.shape()
+                ),
             });
         }
         self.next += 1;
@@ -113,7 +132,10 @@ pub struct RecordingNoise<'a> {
 impl<'a> RecordingNoise<'a> {
     /// Record what `inner` hands out.
     pub fn new(inner: &'a mut dyn NoiseSource) -> RecordingNoise<'a> {
-        RecordingNoise { inner, draws: Vec::new() }
+        RecordingNoise {
+            inner,
+            draws: Vec::new(),
+        }
     }
 
     /// The draws so far with what each was for.
@@ -124,11 +146,19 @@ impl<'a> RecordingNoise<'a> {
     /// Save the draws as `draw_00`, `draw_01`, … (the file [`ReplayNoise`] reads), with the
     /// purpose of each draw in the metadata.
     pub fn save(&self, path: &Path) -> Result<()> {
-        let names: Vec<String> = (0..self.draws.len()).map(|i| format!("draw_{i:02}")).collect();
-        let list: Vec<(&str, &Tensor)> =
-            names.iter().zip(&self.draws).map(|(n, (_, t))| (n.as_str(), t)).collect();
-        let meta: HashMap<String, String> =
-            names.iter().zip(&self.draws).map(|(n, (w, _))| (n.clone(), w.clone())).collect();
+        let names: Vec<String> = (0..self.draws.len())
+            .map(|i| format!("draw_{i:02}"))
+            .collect();
+        let list: Vec<(&str, &Tensor)> = names
+            .iter()
+            .zip(&self.draws)
+            .map(|(n, (_, t))| (n.as_str(), t))
+            .collect();
+        let meta: HashMap<String, String> = names
+            .iter()
+            .zip(&self.draws)
+            .map(|(n, (w, _))| (n.clone(), w.clone()))
+            .collect();
         aria_core::save_safetensors(path, &list, Some(&meta))?;
         Ok(())
     }
@@ -152,14 +182,23 @@ mod tests {
         let mut rec = RecordingNoise::new(&mut seeded);
         let a = rec.draw(&[2, 3], "initial").unwrap();
         let b = rec.draw(&[4], "step 0").unwrap();
-        let path = std::env::temp_dir().join(format!("aria-noise-test-{}.safetensors", std::process::id()));
+        let path = std::env::temp_dir().join(format!(
+            "aria-noise-test-{}.safetensors",
+            std::process::id()
+        ));
         rec.save(&path).unwrap();
         let mut rep = ReplayNoise::open(&path, "").unwrap();
         assert_eq!(rep.remaining(), 2);
-        assert_eq!(rep.draw(&[2, 3], "x").unwrap().to_vec_f32().unwrap(), a.to_vec_f32().unwrap());
+        assert_eq!(
+            rep.draw(&[2, 3], "x").unwrap().to_vec_f32().unwrap(),
+            a.to_vec_f32().unwrap()
+        );
         let err = rep.draw(&[5], "step 0").unwrap_err().to_string();
         assert!(err.contains("draw 1") && err.contains("[4]"), "{err}");
-        assert_eq!(rep.draw(&[4], "x").unwrap().to_vec_f32().unwrap(), b.to_vec_f32().unwrap());
+        assert_eq!(
+            rep.draw(&[4], "x").unwrap().to_vec_f32().unwrap(),
+            b.to_vec_f32().unwrap()
+        );
         assert!(rep.draw(&[4], "x").is_err());
         std::fs::remove_file(&path).ok();
     }

@@ -11,15 +11,18 @@ use aria_codec::{Autoencoder, AutoencoderConfig};
 use aria_core::{DType, Tensor, WeightLoader};
 use aria_dit::conditioner::{Conditioning, TextConditioner};
 use aria_dit::config::ModelConfig;
-use aria_dit::lora::{LoraFile, LoraStack};
 use aria_dit::dit::Dit;
+use aria_dit::lora::{LoraFile, LoraStack};
 
 use crate::discover::ModelFiles;
 use crate::noise::NoiseSource;
 use crate::plan::{Geometry, Lengths};
-use aria_dit::dit::DitConditioning;
-use aria_dit::sampler::{self, GuidedDit, GuidedOptions, Guidance, NegativeConditioning, SampleOptions, SamplerKind, Schedule, Shift, StepControl};
 use crate::{Error, Result};
+use aria_dit::dit::DitConditioning;
+use aria_dit::sampler::{
+    self, Guidance, GuidedDit, GuidedOptions, NegativeConditioning, SampleOptions, SamplerKind,
+    Schedule, Shift, StepControl,
+};
 
 /// The `sample_size` default of the reference `generate()` (1292 latents, about 120 s).
 pub const GENERATE_SAMPLE_SIZE: usize = 5_292_032;
@@ -37,8 +40,11 @@ pub struct SameNoise {
 
 impl SameNoise {
     /// Every stochastic term off (deterministic decode).
-    pub const OFF: SameNoise =
-        SameNoise { encoder_mask_noise: 0.0, decoder_mask_noise: 0.0, bottleneck_noise_regularize: false };
+    pub const OFF: SameNoise = SameNoise {
+        encoder_mask_noise: 0.0,
+        decoder_mask_noise: 0.0,
+        bottleneck_noise_regularize: false,
+    };
 }
 
 /// How to load a model.
@@ -181,7 +187,9 @@ pub struct Pipeline {
 
 impl std::fmt::Debug for Pipeline {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pipeline").field("dir", &self.files.dir).finish_non_exhaustive()
+        f.debug_struct("Pipeline")
+            .field("dir", &self.files.dir)
+            .finish_non_exhaustive()
     }
 }
 
@@ -234,7 +242,10 @@ impl Pipeline {
     fn apply_loras(&mut self, loras: &[(PathBuf, f32)]) -> Result<()> {
         let mut stack = LoraStack::new();
         for (path, strength) in loras {
-            let f = LoraFile::open(path).map_err(|e| Error::Lora { path: path.clone(), reason: e.to_string() })?;
+            let f = LoraFile::open(path).map_err(|e| Error::Lora {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
             stack.push(std::sync::Arc::new(f), *strength);
         }
         stack.apply(&mut self.dit).map_err(|e| Error::Lora {
@@ -281,31 +292,48 @@ impl Pipeline {
 
     /// Longest duration a request may ask for, in seconds.
     pub fn max_seconds(&self) -> f64 {
-        self.geometry.max_samples.min(self.config.sample_size.max(1)) as f64 / f64::from(self.sample_rate())
+        self.geometry
+            .max_samples
+            .min(self.config.sample_size.max(1)) as f64
+            / f64::from(self.sample_rate())
     }
 
     fn validate(&self, req: &GenerateRequest) -> Result<()> {
         let max = self.max_seconds();
         if !(req.seconds.is_finite() && req.seconds > 0.0) {
-            return Err(Error::Input(format!("duration must be a positive number of seconds, got {}", req.seconds)));
+            return Err(Error::Input(format!(
+                "duration must be a positive number of seconds, got {}",
+                req.seconds
+            )));
         }
         if req.seconds > max {
-            return Err(Error::Input(format!("duration {} s exceeds this model's maximum of {max:.1} s", req.seconds)));
+            return Err(Error::Input(format!(
+                "duration {} s exceeds this model's maximum of {max:.1} s",
+                req.seconds
+            )));
         }
         if req.steps == 0 || req.steps > 1000 {
-            return Err(Error::Input(format!("steps must be between 1 and 1000, got {}", req.steps)));
+            return Err(Error::Input(format!(
+                "steps must be between 1 and 1000, got {}",
+                req.steps
+            )));
         }
         if !req.cfg_scale.is_finite() || !req.apg_scale.is_finite() {
             return Err(Error::Input("cfg and apg scales must be finite".into()));
         }
         if let Some(init) = &req.init_audio {
             if !(init.noise_level > 0.0 && init.noise_level <= 1.0) {
-                return Err(Error::Input(format!("init noise level must be in (0, 1], got {}", init.noise_level)));
+                return Err(Error::Input(format!(
+                    "init noise level must be in (0, 1], got {}",
+                    init.noise_level
+                )));
             }
         }
         if let Some(inp) = &req.inpaint {
             if inp.ranges.is_empty() {
-                return Err(Error::Input("inpainting needs at least one range START,END".into()));
+                return Err(Error::Input(
+                    "inpainting needs at least one range START,END".into(),
+                ));
             }
             for &(s, e) in &inp.ranges {
                 if !(s >= 0.0 && s < e && e <= req.seconds) {
@@ -321,8 +349,16 @@ impl Pipeline {
 
     /// Encode audio `[1, 2, n]` (already prepared) to latents, chunked as configured.
     fn encode_prepared(&self, x: &Tensor, noise: &mut dyn NoiseSource) -> Result<Tensor> {
-        let mut adapter = CodecNoise { inner: noise, what: "encoder new-token noise", err: None };
-        let r = if self.chunked_decode { self.ae.encode_chunked(x, Some(&mut adapter)) } else { self.ae.encode(x, Some(&mut adapter)) };
+        let mut adapter = CodecNoise {
+            inner: noise,
+            what: "encoder new-token noise",
+            err: None,
+        };
+        let r = if self.chunked_decode {
+            self.ae.encode_chunked(x, Some(&mut adapter))
+        } else {
+            self.ae.encode(x, Some(&mut adapter))
+        };
         adapter.finish(r)
     }
 
@@ -330,7 +366,8 @@ impl Pipeline {
     /// to whole latents).
     pub fn encode_audio(&self, clip: &AudioClip, noise: &mut dyn NoiseSource) -> Result<Tensor> {
         let ratio = self.geometry.downsampling_ratio * self.geometry.latent_align;
-        let n = (clip.frames() as u64 * u64::from(self.sample_rate())).div_ceil(u64::from(clip.sample_rate.max(1)));
+        let n = (clip.frames() as u64 * u64::from(self.sample_rate()))
+            .div_ceil(u64::from(clip.sample_rate.max(1)));
         let n = (n as usize).div_ceil(ratio).max(1) * ratio;
         let x = crate::audio::prepare_audio(clip, self.sample_rate(), n, 2)?;
         self.encode_prepared(&x, noise)
@@ -345,7 +382,11 @@ impl Pipeline {
     }
 
     fn decode_raw(&self, latents: &Tensor, noise: &mut dyn NoiseSource) -> Result<Tensor> {
-        let mut adapter = CodecNoise { inner: noise, what: "decoder noise", err: None };
+        let mut adapter = CodecNoise {
+            inner: noise,
+            what: "decoder noise",
+            err: None,
+        };
         let r = if self.chunked_decode {
             self.ae.decode_chunked(latents, Some(&mut adapter))
         } else {
@@ -376,7 +417,10 @@ impl Pipeline {
         let (c, t) = (self.config.model.io_channels, lengths.latents);
 
         // Inpainting mask in the sample domain (1 = keep).
-        let mask_samples = req.inpaint.as_ref().map(|inp| g.inpaint_mask_samples(&lengths, &inp.ranges));
+        let mask_samples = req
+            .inpaint
+            .as_ref()
+            .map(|inp| g.inpaint_mask_samples(&lengths, &inp.ranges));
 
         // Initial noise, drawn right after seeding.
         let x_noise = noise.draw(&[1, c, t], "initial noise")?;
@@ -403,14 +447,20 @@ impl Pipeline {
         let t0 = Instant::now();
         let init_latents = match &req.init_audio {
             Some(init) => {
-                let x = crate::audio::prepare_audio(&init.clip, self.sample_rate(), lengths.samples, 2)?;
+                let x = crate::audio::prepare_audio(
+                    &init.clip,
+                    self.sample_rate(),
+                    lengths.samples,
+                    2,
+                )?;
                 Some(self.encode_prepared(&x, noise)?)
             }
             None => None,
         };
         let inpaint_latents = match &req.inpaint {
             Some(inp) => {
-                let x = crate::audio::prepare_audio(&inp.clip, self.sample_rate(), lengths.samples, 2)?;
+                let x =
+                    crate::audio::prepare_audio(&inp.clip, self.sample_rate(), lengths.samples, 2)?;
                 Some(self.encode_prepared(&x, noise)?)
             }
             None => None,
@@ -445,7 +495,11 @@ impl Pipeline {
             Some(il) => {
                 let a = il.to_vec_f32()?;
                 let b = x_noise.to_vec_f32()?;
-                let v = a.iter().zip(&b).map(|(x, n)| x * (1.0 - sigma_max) + n * sigma_max).collect();
+                let v = a
+                    .iter()
+                    .zip(&b)
+                    .map(|(x, n)| x * (1.0 - sigma_max) + n * sigma_max)
+                    .collect();
                 Tensor::from_vec(v, &[1, c, t])?
             }
             None => x_noise,
@@ -454,15 +508,43 @@ impl Pipeline {
             Some(k) => k,
             None => SamplerKind::default_for(&self.config.model.diffusion.diffusion_objective)?,
         };
-        let shift = Shift::from_options(self.config.model.diffusion.sampling_distribution_shift_options.as_ref())?;
-        let schedule = Schedule::build(req.steps, sigma_max, &shift, &[lengths.effective.max(1) as f32])?;
-        let dcond =
-            DitConditioning { cross_attn_cond: &cond.cross_attn_cond, global_cond: &cond.global_cond, local_add_cond: Some(&local) };
-        let negative = neg
-            .as_ref()
-            .map(|n| NegativeConditioning { cross_attn_cond: &n.cross_attn_cond, cross_attn_mask: Some(&n.cross_attn_mask) });
-        let guidance = Guidance { cfg_scale: req.cfg_scale, apg_scale: req.apg_scale, ..Guidance::default() };
-        let model = GuidedDit::new(&self.dit, &dcond, negative, Some(&padding_mask), GuidedOptions { guidance, ..Default::default() })?;
+        let shift = Shift::from_options(
+            self.config
+                .model
+                .diffusion
+                .sampling_distribution_shift_options
+                .as_ref(),
+        )?;
+        let schedule = Schedule::build(
+            req.steps,
+            sigma_max,
+            &shift,
+            &[lengths.effective.max(1) as f32],
+        )?;
+        let dcond = DitConditioning {
+            cross_attn_cond: &cond.cross_attn_cond,
+            global_cond: &cond.global_cond,
+            local_add_cond: Some(&local),
+        };
+        let negative = neg.as_ref().map(|n| NegativeConditioning {
+            cross_attn_cond: &n.cross_attn_cond,
+            cross_attn_mask: Some(&n.cross_attn_mask),
+        });
+        let guidance = Guidance {
+            cfg_scale: req.cfg_scale,
+            apg_scale: req.apg_scale,
+            ..Guidance::default()
+        };
+        let model = GuidedDit::new(
+            &self.dit,
+            &dcond,
+            negative,
+            Some(&padding_mask),
+            GuidedOptions {
+                guidance,
+                ..Default::default()
+            },
+        )?;
         let mut step_times = Vec::with_capacity(req.steps);
         let mut cancelled = false;
         let latents = {
@@ -471,7 +553,11 @@ impl Pipeline {
                 step_times.push(last.elapsed());
                 last = Instant::now();
                 let t = info.sigma.first().copied().unwrap_or(0.0);
-                match emit(Event::Step { index: info.step, total: info.steps, t }) {
+                match emit(Event::Step {
+                    index: info.step,
+                    total: info.steps,
+                    t,
+                }) {
                     Ok(()) => StepControl::Continue,
                     Err(_) => {
                         cancelled = true;
@@ -479,8 +565,14 @@ impl Pipeline {
                     }
                 }
             };
-            let mut dn = DitNoise { inner: noise, err: None };
-            let opts = SampleOptions { callback: Some(&mut cb), ..Default::default() };
+            let mut dn = DitNoise {
+                inner: noise,
+                err: None,
+            };
+            let opts = SampleOptions {
+                callback: Some(&mut cb),
+                ..Default::default()
+            };
             let r = sampler::sample(&model, kind, x0, &schedule, &mut dn, opts);
             match (r, dn.err) {
                 (_, Some(e)) => return Err(e),
@@ -512,7 +604,12 @@ impl Pipeline {
         timings.decode = t0.elapsed();
         emit(Event::Decoded)?;
         timings.total = t_start.elapsed();
-        Ok(Generated { audio, latents, lengths, timings })
+        Ok(Generated {
+            audio,
+            latents,
+            lengths,
+            timings,
+        })
     }
 }
 
@@ -563,7 +660,10 @@ impl sampler::NoiseSource for DitNoise<'_> {
             Err(e) => {
                 let msg = e.to_string();
                 self.err = Some(e);
-                Err(aria_dit::DitError::Input { what: "noise".into(), reason: msg })
+                Err(aria_dit::DitError::Input {
+                    what: "noise".into(),
+                    reason: msg,
+                })
             }
         }
     }

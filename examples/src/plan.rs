@@ -59,7 +59,13 @@ impl Geometry {
         let effective = eff_samples.div_ceil(ratio);
         let headroom = py_int(padding_sec * sr / ratio as f64);
         let valid = (effective + headroom).min(latents);
-        Lengths { samples, latents, effective, valid, output_samples: eff_samples }
+        Lengths {
+            samples,
+            latents,
+            effective,
+            valid,
+            output_samples: eff_samples,
+        }
     }
 
     /// The sample-domain inpainting mask (1 = keep, 0 = regenerate) of length `lengths.samples`:
@@ -90,7 +96,9 @@ impl Geometry {
             .map(|i| {
                 // PyTorch "nearest": src = floor(i · n / latents).
                 let src = ((i as f64) * (n as f64 / latents as f64)).floor() as usize;
-                mask.get(src.min(n.saturating_sub(1))).copied().unwrap_or(0.0)
+                mask.get(src.min(n.saturating_sub(1)))
+                    .copied()
+                    .unwrap_or(0.0)
             })
             .collect()
     }
@@ -98,14 +106,21 @@ impl Geometry {
 
 /// The padding mask `[i < valid]` over `latents` positions, as 0/1 floats.
 pub fn padding_mask(latents: usize, valid: usize) -> Vec<f32> {
-    (0..latents).map(|i| if i < valid { 1.0 } else { 0.0 }).collect()
+    (0..latents)
+        .map(|i| if i < valid { 1.0 } else { 0.0 })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const SA3: Geometry = Geometry { sample_rate: 44100, downsampling_ratio: 4096, latent_align: 2, max_samples: 5_292_032 };
+    const SA3: Geometry = Geometry {
+        sample_rate: 44100,
+        downsampling_ratio: 4096,
+        latent_align: 2,
+        max_samples: 5_292_032,
+    };
 
     #[test]
     fn released_model_lengths_match_the_spec() {
@@ -119,9 +134,17 @@ mod tests {
 
     #[test]
     fn tiny_fixture_lengths() {
-        let g = Geometry { sample_rate: 44100, downsampling_ratio: 256, latent_align: 2, max_samples: 5_292_032 };
+        let g = Geometry {
+            sample_rate: 44100,
+            downsampling_ratio: 256,
+            latent_align: 2,
+            max_samples: 5_292_032,
+        };
         let l = g.lengths(0.1, 0.1);
-        assert_eq!((l.samples, l.latents, l.effective, l.valid, l.output_samples), (9216, 36, 18, 35, 4410));
+        assert_eq!(
+            (l.samples, l.latents, l.effective, l.valid, l.output_samples),
+            (9216, 36, 18, 35, 4410)
+        );
         let m = g.inpaint_mask_samples(&l, &[(0.02, 0.04), (0.06, 0.08)]);
         assert_eq!(m[881], 1.0);
         assert_eq!(m[882], 0.0);

@@ -34,7 +34,12 @@ impl Rng {
     /// A generator seeded from `seed`.
     pub fn new(seed: u64) -> Rng {
         let mut sm = seed;
-        let s = [splitmix64(&mut sm), splitmix64(&mut sm), splitmix64(&mut sm), splitmix64(&mut sm)];
+        let s = [
+            splitmix64(&mut sm),
+            splitmix64(&mut sm),
+            splitmix64(&mut sm),
+            splitmix64(&mut sm),
+        ];
         Rng { s, spare: None }
     }
 
@@ -93,7 +98,11 @@ mod tests {
         b.fill_normal(&mut w);
         assert_eq!(v, w);
         let mean = v.iter().map(|&x| f64::from(x)).sum::<f64>() / n as f64;
-        let var = v.iter().map(|&x| (f64::from(x) - mean).powi(2)).sum::<f64>() / n as f64;
+        let var = v
+            .iter()
+            .map(|&x| (f64::from(x) - mean).powi(2))
+            .sum::<f64>()
+            / n as f64;
         assert!(mean.abs() < 0.01, "mean {mean}");
         assert!((var - 1.0).abs() < 0.02, "var {var}");
         let mut c = Rng::new(8);

@@ -25,14 +25,21 @@ fn model() -> PathBuf {
 }
 
 fn aria(args: &[&str], cache: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_aria")).args(args).env("XDG_CACHE_HOME", cache).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_aria"))
+        .args(args)
+        .env("XDG_CACHE_HOME", cache)
+        .output()
+        .unwrap()
 }
 
 /// Fails unless the command failed with exactly one `error: …` line mentioning `needle`.
 fn assert_one_line_error(out: &Output, needle: &str) {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "expected failure, stderr: {err}");
-    assert!(!err.contains("panicked") && !err.contains("backtrace"), "{err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace"),
+        "{err}"
+    );
     let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "one line expected: {err}");
     assert!(lines[0].starts_with("error: "), "{err}");
@@ -40,7 +47,18 @@ fn assert_one_line_error(out: &Output, needle: &str) {
 }
 
 fn gen_args<'a>(model: &'a str, out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut v = vec!["generate", "--quiet", "--model", model, "--prompt", "soft rain", "--seed", "1", "-o", out];
+    let mut v = vec![
+        "generate",
+        "--quiet",
+        "--model",
+        model,
+        "--prompt",
+        "soft rain",
+        "--seed",
+        "1",
+        "-o",
+        out,
+    ];
     v.extend_from_slice(extra);
     v
 }
@@ -52,30 +70,86 @@ fn demo_writes_a_stereo_wav_without_downloads() {
     let out = aria(&["demo", "--seconds", "1", "-o", wav.to_str().unwrap()], &d);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    assert!(err.contains("RANDOM weights"), "the demo says the weights are random: {err}");
+    assert!(
+        err.contains("RANDOM weights"),
+        "the demo says the weights are random: {err}"
+    );
     assert!(err.contains("timing:"), "timing summary: {err}");
     let clip = aria_codec::audio::read_audio(&wav).unwrap();
-    assert_eq!((clip.channels(), clip.frames(), clip.sample_rate), (2, 44100, 44100));
-    assert!(clip.data.to_vec_f32().unwrap().iter().all(|v| v.is_finite() && v.abs() <= 1.0));
+    assert_eq!(
+        (clip.channels(), clip.frames(), clip.sample_rate),
+        (2, 44100, 44100)
+    );
+    assert!(clip
+        .data
+        .to_vec_f32()
+        .unwrap()
+        .iter()
+        .all(|v| v.is_finite() && v.abs() <= 1.0));
 }
 
 #[test]
 fn noise_file_replays_a_generation_exactly() {
     let d = tmp("noise");
     let m = model();
-    let (m, p) = (m.to_str().unwrap(), |f: &str| d.join(f).display().to_string());
-    let (a, b, n, la, lb) = (p("a.wav"), p("b.wav"), p("noise.safetensors"), p("la.safetensors"), p("lb.safetensors"));
-    let out = aria(&gen_args(m, &a, &["--seconds", "0.5", "--noise-out", &n, "--latents-out", &la]), &d);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (m, p) = (m.to_str().unwrap(), |f: &str| {
+        d.join(f).display().to_string()
+    });
+    let (a, b, n, la, lb) = (
+        p("a.wav"),
+        p("b.wav"),
+        p("noise.safetensors"),
+        p("la.safetensors"),
+        p("lb.safetensors"),
+    );
+    let out = aria(
+        &gen_args(
+            m,
+            &a,
+            &["--seconds", "0.5", "--noise-out", &n, "--latents-out", &la],
+        ),
+        &d,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // 1 initial draw, 8 sampler steps, bottleneck and decoder new-token draws.
     let draws = aria_core::WeightLoader::open(&[&n]).unwrap().names();
     assert_eq!(draws.len(), 11, "{draws:?}");
     let out = aria(
-        &["generate", "--quiet", "--model", m, "--prompt", "soft rain", "--seconds", "0.5", "--noise", &n, "-o", &b, "--latents-out", &lb],
+        &[
+            "generate",
+            "--quiet",
+            "--model",
+            m,
+            "--prompt",
+            "soft rain",
+            "--seconds",
+            "0.5",
+            "--noise",
+            &n,
+            "-o",
+            &b,
+            "--latents-out",
+            &lb,
+        ],
         &d,
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let get = |f: &str| aria_core::WeightLoader::open(&[f]).unwrap().get_any("latents").unwrap().to_vec_f32().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let get = |f: &str| {
+        aria_core::WeightLoader::open(&[f])
+            .unwrap()
+            .get_any("latents")
+            .unwrap()
+            .to_vec_f32()
+            .unwrap()
+    };
     assert_eq!(get(&la), get(&lb));
     // A different seed gives different latents.
     let lc = p("lc.safetensors");
@@ -92,7 +166,11 @@ fn bad_model_paths() {
     assert_one_line_error(&out, "/nonexistent/aria-model");
     let partial = d.join("partial");
     std::fs::create_dir_all(&partial).unwrap();
-    std::fs::copy(model().join("model_config.json"), partial.join("model_config.json")).unwrap();
+    std::fs::copy(
+        model().join("model_config.json"),
+        partial.join("model_config.json"),
+    )
+    .unwrap();
     let out = aria(&gen_args(partial.to_str().unwrap(), "o.wav", &[]), &d);
     assert_one_line_error(&out, "model.safetensors");
     let empty_home = tmp("hf");
@@ -112,9 +190,18 @@ fn bad_durations() {
     let m = model();
     let o = d.join("o.wav").display().to_string();
     for s in ["0", "-3"] {
-        assert_one_line_error(&aria(&gen_args(m.to_str().unwrap(), &o, &["--seconds", s]), &d), "positive");
+        assert_one_line_error(
+            &aria(&gen_args(m.to_str().unwrap(), &o, &["--seconds", s]), &d),
+            "positive",
+        );
     }
-    assert_one_line_error(&aria(&gen_args(m.to_str().unwrap(), &o, &["--seconds", "1000"]), &d), "maximum");
+    assert_one_line_error(
+        &aria(
+            &gen_args(m.to_str().unwrap(), &o, &["--seconds", "1000"]),
+            &d,
+        ),
+        "maximum",
+    );
 }
 
 #[test]
@@ -125,13 +212,48 @@ fn bad_audio_inputs() {
     let o = d.join("o.wav").display().to_string();
     let junk = d.join("junk.wav");
     std::fs::write(&junk, b"this is not audio").unwrap();
-    assert_one_line_error(&aria(&gen_args(m, &o, &["--init-audio", junk.to_str().unwrap()]), &d), "junk.wav");
+    assert_one_line_error(
+        &aria(
+            &gen_args(m, &o, &["--init-audio", junk.to_str().unwrap()]),
+            &d,
+        ),
+        "junk.wav",
+    );
     let missing = d.join("missing.wav");
-    assert_one_line_error(&aria(&gen_args(m, &o, &["--init-audio", missing.to_str().unwrap()]), &d), "missing.wav");
+    assert_one_line_error(
+        &aria(
+            &gen_args(m, &o, &["--init-audio", missing.to_str().unwrap()]),
+            &d,
+        ),
+        "missing.wav",
+    );
     let empty = d.join("empty.wav");
-    let spec = hound::WavSpec { channels: 2, sample_rate: 44100, bits_per_sample: 16, sample_format: hound::SampleFormat::Int };
-    hound::WavWriter::create(&empty, spec).unwrap().finalize().unwrap();
-    assert_one_line_error(&aria(&gen_args(m, &o, &["--inpaint-audio", empty.to_str().unwrap(), "--inpaint-range", "0,0.5"]), &d), "empty.wav");
+    let spec = hound::WavSpec {
+        channels: 2,
+        sample_rate: 44100,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    hound::WavWriter::create(&empty, spec)
+        .unwrap()
+        .finalize()
+        .unwrap();
+    assert_one_line_error(
+        &aria(
+            &gen_args(
+                m,
+                &o,
+                &[
+                    "--inpaint-audio",
+                    empty.to_str().unwrap(),
+                    "--inpaint-range",
+                    "0,0.5",
+                ],
+            ),
+            &d,
+        ),
+        "empty.wav",
+    );
 }
 
 #[test]
@@ -142,10 +264,30 @@ fn inpaint_range_outside_the_clip() {
     let wav = d.join("in.wav");
     let data = aria_core::Tensor::from_vec(vec![0.1f32; 2 * 44100], &[2, 44100]).unwrap();
     aria_codec::audio::write_wav(&wav, &data, 44100, aria_codec::audio::WavFormat::F32).unwrap();
-    let args = ["--seconds", "1", "--inpaint-audio", wav.to_str().unwrap(), "--inpaint-range", "0.5,3"];
-    assert_one_line_error(&aria(&gen_args(m.to_str().unwrap(), &o, &args), &d), "inpaint range");
-    let args = ["--seconds", "1", "--inpaint-audio", wav.to_str().unwrap(), "--inpaint-range", "abc"];
-    assert_one_line_error(&aria(&gen_args(m.to_str().unwrap(), &o, &args), &d), "START,END");
+    let args = [
+        "--seconds",
+        "1",
+        "--inpaint-audio",
+        wav.to_str().unwrap(),
+        "--inpaint-range",
+        "0.5,3",
+    ];
+    assert_one_line_error(
+        &aria(&gen_args(m.to_str().unwrap(), &o, &args), &d),
+        "inpaint range",
+    );
+    let args = [
+        "--seconds",
+        "1",
+        "--inpaint-audio",
+        wav.to_str().unwrap(),
+        "--inpaint-range",
+        "abc",
+    ];
+    assert_one_line_error(
+        &aria(&gen_args(m.to_str().unwrap(), &o, &args), &d),
+        "START,END",
+    );
 }
 
 #[test]
@@ -154,8 +296,14 @@ fn lora_that_does_not_fit() {
     let m = model();
     let o = d.join("o.wav").display().to_string();
     let lora = d.join("bad_lora.safetensors");
-    let a = aria_core::Tensor::from_vec(vec![0f32; 4 * 999], &[4, 999]).unwrap().to_dtype(aria_core::DType::F16).unwrap();
-    let b = aria_core::Tensor::from_vec(vec![0f32; 384 * 4], &[384, 4]).unwrap().to_dtype(aria_core::DType::F16).unwrap();
+    let a = aria_core::Tensor::from_vec(vec![0f32; 4 * 999], &[4, 999])
+        .unwrap()
+        .to_dtype(aria_core::DType::F16)
+        .unwrap();
+    let b = aria_core::Tensor::from_vec(vec![0f32; 384 * 4], &[384, 4])
+        .unwrap()
+        .to_dtype(aria_core::DType::F16)
+        .unwrap();
     let key = "model.transformer.layers.0.self_attn.to_qkv.parametrizations.weight.0";
     let (ka, kb) = (format!("{key}.lora_A"), format!("{key}.lora_B"));
     let mut meta = std::collections::HashMap::new();
@@ -163,9 +311,30 @@ fn lora_that_does_not_fit() {
         "lora_config".to_string(),
         r#"{"rank": 4, "alpha": 8, "adapter_type": "lora", "dropout": 0.0, "include": null, "exclude": null}"#.to_string(),
     );
-    aria_core::save_safetensors(&lora, &[(ka.as_str(), &a), (kb.as_str(), &b)], Some(&meta)).unwrap();
+    aria_core::save_safetensors(&lora, &[(ka.as_str(), &a), (kb.as_str(), &b)], Some(&meta))
+        .unwrap();
     let spec = format!("{}:0.7", lora.display());
-    assert_one_line_error(&aria(&gen_args(m.to_str().unwrap(), &o, &["--seconds", "0.5", "--lora", &spec]), &d), "bad_lora");
+    assert_one_line_error(
+        &aria(
+            &gen_args(
+                m.to_str().unwrap(),
+                &o,
+                &["--seconds", "0.5", "--lora", &spec],
+            ),
+            &d,
+        ),
+        "bad_lora",
+    );
     let missing = format!("{}:0.7", d.join("none.safetensors").display());
-    assert_one_line_error(&aria(&gen_args(m.to_str().unwrap(), &o, &["--seconds", "0.5", "--lora", &missing]), &d), "none.safetensors");
+    assert_one_line_error(
+        &aria(
+            &gen_args(
+                m.to_str().unwrap(),
+                &o,
+                &["--seconds", "0.5", "--lora", &missing],
+            ),
+            &d,
+        ),
+        "none.safetensors",
+    );
 }

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use aria::discover::{resolve_model, SearchPaths};
-use aria::pipeline::{GenerateRequest, Inpaint, InitAudio, LoadOptions, Pipeline, SameNoise};
+use aria::pipeline::{GenerateRequest, InitAudio, Inpaint, LoadOptions, Pipeline, SameNoise};
 use aria::{AudioClip, ReplayNoise, SamplerKind};
 use aria_core::fixtures::{fixture, rel_err};
 use aria_core::{Tensor, WeightLoader};
@@ -15,7 +15,16 @@ const TOL: f32 = 1e-5;
 fn pipeline(folder: &str, same_noise: Option<SameNoise>) -> Option<Pipeline> {
     let dir = fixture(folder)?;
     let files = resolve_model(&dir.display().to_string(), &SearchPaths::default()).unwrap();
-    Some(Pipeline::load(&files, &LoadOptions { same_noise, ..Default::default() }).unwrap())
+    Some(
+        Pipeline::load(
+            &files,
+            &LoadOptions {
+                same_noise,
+                ..Default::default()
+            },
+        )
+        .unwrap(),
+    )
 }
 
 /// The reference value: `out64.<key>` when stored (accumulation-order independent), else `out.<key>`.
@@ -34,7 +43,10 @@ fn check(what: &str, actual: &Tensor, reference: &Tensor) {
 
 fn check_tol(what: &str, actual: &Tensor, reference: &Tensor, tol: f32) {
     assert_eq!(actual.shape(), reference.shape(), "{what}: shape");
-    let e = rel_err(&actual.to_vec_f32().unwrap(), &reference.to_vec_f32().unwrap());
+    let e = rel_err(
+        &actual.to_vec_f32().unwrap(),
+        &reference.to_vec_f32().unwrap(),
+    );
     eprintln!("{what}: relative error {e:.2e}");
     assert!(e <= tol, "{what}: relative error {e:.3e} > {tol:.0e}");
 }
@@ -47,11 +59,13 @@ fn dit_in(w: &WeightLoader, case: &str) -> (Conditioning, Option<Conditioning>) 
         cross_attn_mask: g("cross_attn_mask"),
         global_cond: g("global_cond"),
     };
-    let neg = w.contains(&format!("out.{case}.dit_in.negative_cross_attn_cond")).then(|| Conditioning {
-        cross_attn_cond: g("negative_cross_attn_cond"),
-        cross_attn_mask: g("negative_cross_attn_mask"),
-        global_cond: g("global_cond"),
-    });
+    let neg = w
+        .contains(&format!("out.{case}.dit_in.negative_cross_attn_cond"))
+        .then(|| Conditioning {
+            cross_attn_cond: g("negative_cross_attn_cond"),
+            cross_attn_mask: g("negative_cross_attn_mask"),
+            global_cond: g("global_cond"),
+        });
     (pos, neg)
 }
 
@@ -59,24 +73,56 @@ fn run(pipe: &Pipeline, file: &std::path::Path, case: &str, req: &GenerateReques
     run_tol(pipe, file, case, req, prefix, TOL);
 }
 
-fn run_tol(pipe: &Pipeline, file: &std::path::Path, case: &str, req: &GenerateRequest, prefix: &str, tol: f32) {
+fn run_tol(
+    pipe: &Pipeline,
+    file: &std::path::Path,
+    case: &str,
+    req: &GenerateRequest,
+    prefix: &str,
+    tol: f32,
+) {
     let w = WeightLoader::open(&[file]).unwrap();
     let mut noise = ReplayNoise::open(file, prefix).unwrap();
-    let out = pipe.generate(req, &mut noise, &mut |_| std::ops::ControlFlow::Continue(())).unwrap();
-    assert_eq!(noise.remaining(), 0, "{case}: every recorded draw is consumed");
-    let key = |k: &str| if case == "e2e" { k.to_string() } else { format!("{case}.{k}") };
+    let out = pipe
+        .generate(
+            req,
+            &mut noise,
+            &mut |_| std::ops::ControlFlow::Continue(()),
+        )
+        .unwrap();
+    assert_eq!(
+        noise.remaining(),
+        0,
+        "{case}: every recorded draw is consumed"
+    );
+    let key = |k: &str| {
+        if case == "e2e" {
+            k.to_string()
+        } else {
+            format!("{case}.{k}")
+        }
+    };
     let (lat, aud) = if case == "e2e" {
         (w.get_any("latents").unwrap(), w.get_any("audio").unwrap())
     } else {
         (reference(&w, &key("latents")), reference(&w, &key("audio")))
     };
     check_tol(&format!("{case} latents"), &out.latents, &lat, tol);
-    check_tol(&format!("{case} audio"), &out.audio.unsqueeze(0).unwrap(), &aud, tol);
+    check_tol(
+        &format!("{case} audio"),
+        &out.audio.unsqueeze(0).unwrap(),
+        &aud,
+        tol,
+    );
 }
 
 fn e2e(folder: &str, tol: f32) {
-    let Some(pipe) = pipeline(folder, None) else { return };
-    let Some(file) = fixture(&format!("{folder}/e2e.safetensors")) else { return };
+    let Some(pipe) = pipeline(folder, None) else {
+        return;
+    };
+    let Some(file) = fixture(&format!("{folder}/e2e.safetensors")) else {
+        return;
+    };
     let mut req = GenerateRequest::new("warm ambient pad", 0.1);
     req.duration_padding_sec = 0.1;
     run_tol(&pipe, &file, "e2e", &req, "", tol);
@@ -110,8 +156,12 @@ fn e2e_strict() {
 }
 
 fn cfg_case(folder: &str, case: &str, apg: f32, sampler: Option<SamplerKind>) {
-    let Some(pipe) = pipeline(folder, Some(SameNoise::OFF)) else { return };
-    let Some(file) = fixture(&format!("{folder}/cfg.safetensors")) else { return };
+    let Some(pipe) = pipeline(folder, Some(SameNoise::OFF)) else {
+        return;
+    };
+    let Some(file) = fixture(&format!("{folder}/cfg.safetensors")) else {
+        return;
+    };
     let w = WeightLoader::open(&[&file]).unwrap();
     let mut req = GenerateRequest::new("lofi house loop", 0.1);
     req.negative_prompt = Some("harsh noise".into());
@@ -138,17 +188,32 @@ fn cfg_vanilla() {
 #[test]
 fn cfg_euler() {
     cfg_case("sa3-tiny-extra", "cfg_euler", 1.0, Some(SamplerKind::Euler));
-    cfg_case("sa3-tiny-medium", "cfg_euler", 1.0, Some(SamplerKind::Euler));
+    cfg_case(
+        "sa3-tiny-medium",
+        "cfg_euler",
+        1.0,
+        Some(SamplerKind::Euler),
+    );
 }
 
 fn inpaint(folder: &str) {
-    let Some(pipe) = pipeline(folder, Some(SameNoise::OFF)) else { return };
-    let Some(file) = fixture(&format!("{folder}/inpaint.safetensors")) else { return };
+    let Some(pipe) = pipeline(folder, Some(SameNoise::OFF)) else {
+        return;
+    };
+    let Some(file) = fixture(&format!("{folder}/inpaint.safetensors")) else {
+        return;
+    };
     let w = WeightLoader::open(&[&file]).unwrap();
     let mut req = GenerateRequest::new("lofi house loop", 0.1);
     req.duration_padding_sec = 0.1;
-    let clip = AudioClip { data: w.get_any("in.inpaint.inpaint_audio").unwrap(), sample_rate: 44100 };
-    req.inpaint = Some(Inpaint { clip, ranges: vec![(0.02, 0.04), (0.06, 0.08)] });
+    let clip = AudioClip {
+        data: w.get_any("in.inpaint.inpaint_audio").unwrap(),
+        sample_rate: 44100,
+    };
+    req.inpaint = Some(Inpaint {
+        clip,
+        ranges: vec![(0.02, 0.04), (0.06, 0.08)],
+    });
     req.conditioning = Some(dit_in(&w, "inpaint"));
     run(&pipe, &file, "inpaint", &req, "in.inpaint.");
 }
@@ -160,17 +225,35 @@ fn inpainting() {
 }
 
 fn a2a(folder: &str) {
-    let all_on = SameNoise { encoder_mask_noise: 0.01, decoder_mask_noise: 0.01, bottleneck_noise_regularize: true };
-    let Some(pipe) = pipeline(folder, Some(all_on)) else { return };
-    let Some(file) = fixture(&format!("{folder}/a2a.safetensors")) else { return };
+    let all_on = SameNoise {
+        encoder_mask_noise: 0.01,
+        decoder_mask_noise: 0.01,
+        bottleneck_noise_regularize: true,
+    };
+    let Some(pipe) = pipeline(folder, Some(all_on)) else {
+        return;
+    };
+    let Some(file) = fixture(&format!("{folder}/a2a.safetensors")) else {
+        return;
+    };
     let w = WeightLoader::open(&[&file]).unwrap();
     let mut req = GenerateRequest::new("lofi house loop", 0.1);
     req.duration_padding_sec = 0.1;
-    let clip = AudioClip { data: w.get_any("in.a2a.init_audio").unwrap(), sample_rate: 48000 };
+    let clip = AudioClip {
+        data: w.get_any("in.a2a.init_audio").unwrap(),
+        sample_rate: 48000,
+    };
     // The reference's input preparation (torchaudio resampling 48 → 44.1 kHz, zero padding).
     let prepared = aria::audio::prepare_audio(&clip, 44100, 9216, 2).unwrap();
-    check("a2a prepared_audio", &prepared, &w.get_any("out.a2a.prepared_audio").unwrap());
-    req.init_audio = Some(InitAudio { clip, noise_level: 0.8 });
+    check(
+        "a2a prepared_audio",
+        &prepared,
+        &w.get_any("out.a2a.prepared_audio").unwrap(),
+    );
+    req.init_audio = Some(InitAudio {
+        clip,
+        noise_level: 0.8,
+    });
     req.conditioning = Some(dit_in(&w, "a2a"));
     run(&pipe, &file, "a2a", &req, "in.a2a.");
 }

@@ -6,7 +6,8 @@
 //!
 //! Options: `--reps N` (timed repetitions, median reported; default 3), `--durations A,B`
 //! (seconds for timing; default 10,30), `--mem-durations A,B,C` (seconds for the memory sweep of
-//! the windowed / streaming / chunked decoders; default 10,60,120), `--skip-mem`.
+//! the windowed / streaming / chunked decoders; default 10,60,120), `--mem-modes M,N` (which of
+//! them), `--skip-mem`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -55,145 +56,86 @@ fn config_json() -> String {
     )
 }
 
-/// Random real-shape weights (uniform ±1/sqrt(fan_in), DyT α = 0.5) in the official key layout.
-fn write_weights(dir: &Path) -> Result<PathBuf, String> {
-    let mut rng = GaussianNoise::new(20240531);
-    let mut tensors: Vec<(String, Tensor)> = Vec::new();
-    let mut add = |name: String,
-                   shape: &[usize],
-                   scale: f32,
-                   rng: &mut GaussianNoise|
-     -> Result<(), String> {
+/// Collects random tensors under the official key layout.
+struct Weights {
+    rng: GaussianNoise,
+    tensors: Vec<(String, Tensor)>,
+}
+
+impl Weights {
+    /// A Gaussian tensor with standard deviation `scale`, or a fixed value for the DyT α, the
+    /// RoPE frequencies and `running_std`.
+    fn add(&mut self, name: &str, shape: &[usize], scale: f32) -> Result<(), String> {
         let n: usize = shape.iter().product();
-        let v: Vec<f32> = (0..n).map(|_| rng.sample() * scale).collect();
-        tensors.push((
-            format!("pretransform.model.{name}"),
-            Tensor::from_vec(v, shape).map_err(|e| e.to_string())?,
-        ));
-        Ok(())
-    };
-    let fan = |k: usize| 1.0 / (k as f32).sqrt();
-    let block =
-        |p: &str,
-         rng: &mut GaussianNoise,
-         add: &mut dyn FnMut(String, &[usize], f32, &mut GaussianNoise) -> Result<(), String>|
-         -> Result<(), String> {
-            for j in 0..DEPTH {
-                let b = format!("{p}.transformers.{j}");
-                for norm in ["pre_norm", "ff_norm"] {
-                    add(format!("{b}.{norm}.alpha"), &[1], 0.0, rng)?;
-                    add(format!("{b}.{norm}.gamma"), &[D], 0.1, rng)?;
-                    add(format!("{b}.{norm}.beta"), &[D], 0.01, rng)?;
-                }
-                for norm in ["q_norm", "k_norm"] {
-                    add(format!("{b}.self_attn.{norm}.alpha"), &[1], 0.0, rng)?;
-                    add(format!("{b}.self_attn.{norm}.gamma"), &[64], 0.1, rng)?;
-                    add(format!("{b}.self_attn.{norm}.beta"), &[64], 0.01, rng)?;
-                }
-                add(
-                    format!("{b}.self_attn.to_qkv.weight"),
-                    &[5 * D, D],
-                    fan(D),
-                    rng,
-                )?;
-                add(format!("{b}.self_attn.to_out.weight"), &[D, D], fan(D), rng)?;
-                add(format!("{b}.ff.ff.0.proj.weight"), &[6 * D, D], fan(D), rng)?;
-                add(format!("{b}.ff.ff.0.proj.bias"), &[6 * D], 0.01, rng)?;
-                add(format!("{b}.ff.ff.2.weight"), &[D, 3 * D], fan(3 * D), rng)?;
-                add(format!("{b}.ff.ff.2.bias"), &[D], 0.01, rng)?;
-                add(format!("{b}.rope.inv_freq"), &[16], 0.0, rng)?;
-            }
-            Ok(())
-        };
-    block("encoder.layers.0", &mut rng, &mut add)?;
-    block("decoder.layers.3", &mut rng, &mut add)?;
-    add(
-        "encoder.layers.0.mapping.weight_g".into(),
-        &[D, 1, 1],
-        1.0,
-        &mut rng,
-    )?;
-    add(
-        "encoder.layers.0.mapping.weight_v".into(),
-        &[D, FEATS, 1],
-        1.0,
-        &mut rng,
-    )?;
-    add("encoder.layers.0.mapping.bias".into(), &[D], 0.01, &mut rng)?;
-    add(
-        "encoder.layers.0.new_tokens".into(),
-        &[1, 1, D],
-        1.0,
-        &mut rng,
-    )?;
-    add(
-        "encoder.layers.2.weight".into(),
-        &[LATENT, D],
-        fan(D),
-        &mut rng,
-    )?;
-    add("encoder.layers.2.bias".into(), &[LATENT], 0.01, &mut rng)?;
-    add(
-        "decoder.layers.1.weight".into(),
-        &[D, LATENT],
-        fan(LATENT),
-        &mut rng,
-    )?;
-    add("decoder.layers.1.bias".into(), &[D], 0.01, &mut rng)?;
-    add(
-        "decoder.layers.3.new_tokens".into(),
-        &[1, 1, D],
-        1.0,
-        &mut rng,
-    )?;
-    add(
-        "decoder.layers.3.mapping.weight_g".into(),
-        &[FEATS, 1, 1],
-        1.0,
-        &mut rng,
-    )?;
-    add(
-        "decoder.layers.3.mapping.weight_v".into(),
-        &[FEATS, D, 3],
-        1.0,
-        &mut rng,
-    )?;
-    add(
-        "decoder.layers.3.mapping.bias".into(),
-        &[FEATS],
-        0.01,
-        &mut rng,
-    )?;
-    add(
-        "bottleneck.scaling_factor".into(),
-        &[1, LATENT, 1],
-        1.0,
-        &mut rng,
-    )?;
-    add("bottleneck.bias".into(), &[1, LATENT, 1], 0.01, &mut rng)?;
-    add("bottleneck.running_std".into(), &[1], 0.0, &mut rng)?;
-    // Fixed values: DyT α, RoPE frequencies, running_std.
-    for (name, t) in tensors.iter_mut() {
-        let fixed: Option<Vec<f32>> = if name.ends_with(".alpha") {
-            Some(vec![0.5])
+        let v: Vec<f32> = if name.ends_with(".alpha") {
+            vec![0.5]
         } else if name.ends_with("rope.inv_freq") {
-            Some(
-                (0..16)
-                    .map(|i| 1.0 / 10000f32.powf(2.0 * i as f32 / 32.0))
-                    .collect(),
-            )
+            (0..16)
+                .map(|i| 1.0 / 10000f32.powf(2.0 * i as f32 / 32.0))
+                .collect()
         } else if name.ends_with("running_std") {
-            Some(vec![1.3])
+            vec![1.3]
         } else {
-            None
+            (0..n).map(|_| self.rng.sample() * scale).collect()
         };
-        if let Some(v) = fixed {
-            let shape = t.shape().to_vec();
-            *t = Tensor::from_vec(v, &shape).map_err(|e| e.to_string())?;
-        }
+        let t = Tensor::from_vec(v, shape).map_err(|e| e.to_string())?;
+        self.tensors.push((format!("pretransform.model.{name}"), t));
+        Ok(())
     }
+
+    fn blocks(&mut self, prefix: &str) -> Result<(), String> {
+        let fan = |k: usize| 1.0 / (k as f32).sqrt();
+        for j in 0..DEPTH {
+            let b = format!("{prefix}.transformers.{j}");
+            for norm in [
+                "pre_norm",
+                "ff_norm",
+                "self_attn.q_norm",
+                "self_attn.k_norm",
+            ] {
+                let d = if norm.starts_with("self_attn") { 64 } else { D };
+                self.add(&format!("{b}.{norm}.alpha"), &[1], 0.0)?;
+                self.add(&format!("{b}.{norm}.gamma"), &[d], 0.1)?;
+                self.add(&format!("{b}.{norm}.beta"), &[d], 0.01)?;
+            }
+            self.add(&format!("{b}.self_attn.to_qkv.weight"), &[5 * D, D], fan(D))?;
+            self.add(&format!("{b}.self_attn.to_out.weight"), &[D, D], fan(D))?;
+            self.add(&format!("{b}.ff.ff.0.proj.weight"), &[6 * D, D], fan(D))?;
+            self.add(&format!("{b}.ff.ff.0.proj.bias"), &[6 * D], 0.01)?;
+            self.add(&format!("{b}.ff.ff.2.weight"), &[D, 3 * D], fan(3 * D))?;
+            self.add(&format!("{b}.ff.ff.2.bias"), &[D], 0.01)?;
+            self.add(&format!("{b}.rope.inv_freq"), &[16], 0.0)?;
+        }
+        Ok(())
+    }
+}
+
+/// Random real-shape SAME-S weights in the official key layout, written to `dir`.
+fn write_weights(dir: &Path) -> Result<PathBuf, String> {
+    let mut w = Weights {
+        rng: GaussianNoise::new(20240531),
+        tensors: Vec::new(),
+    };
+    w.blocks("encoder.layers.0")?;
+    w.blocks("decoder.layers.3")?;
+    let fan = |k: usize| 1.0 / (k as f32).sqrt();
+    w.add("encoder.layers.0.mapping.weight_g", &[D, 1, 1], 1.0)?;
+    w.add("encoder.layers.0.mapping.weight_v", &[D, FEATS, 1], 1.0)?;
+    w.add("encoder.layers.0.mapping.bias", &[D], 0.01)?;
+    w.add("encoder.layers.0.new_tokens", &[1, 1, D], 1.0)?;
+    w.add("encoder.layers.2.weight", &[LATENT, D], fan(D))?;
+    w.add("encoder.layers.2.bias", &[LATENT], 0.01)?;
+    w.add("decoder.layers.1.weight", &[D, LATENT], fan(LATENT))?;
+    w.add("decoder.layers.1.bias", &[D], 0.01)?;
+    w.add("decoder.layers.3.new_tokens", &[1, 1, D], 1.0)?;
+    w.add("decoder.layers.3.mapping.weight_g", &[FEATS, 1, 1], 1.0)?;
+    w.add("decoder.layers.3.mapping.weight_v", &[FEATS, D, 3], 1.0)?;
+    w.add("decoder.layers.3.mapping.bias", &[FEATS], 0.01)?;
+    w.add("bottleneck.scaling_factor", &[1, LATENT, 1], 1.0)?;
+    w.add("bottleneck.bias", &[1, LATENT, 1], 0.01)?;
+    w.add("bottleneck.running_std", &[1], 0.0)?;
     let path = dir.join("same_s_random.safetensors");
-    let refs: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let refs: Vec<(&str, &Tensor)> = w.tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
     aria_core::save_safetensors(&path, &refs, None).map_err(|e| e.to_string())?;
     Ok(path)
 }
@@ -316,6 +258,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let mut durations = vec![10.0, 30.0];
     let mut mem_durations = vec![10.0, 60.0, 120.0];
     let mut skip_mem = false;
+    let mut mem_modes: Vec<String> = ["windowed", "streaming", "chunked"]
+        .map(String::from)
+        .to_vec();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -323,6 +268,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
             "--durations" => durations = list(it.next().ok_or("--durations A,B")?)?,
             "--mem-durations" => mem_durations = list(it.next().ok_or("--mem-durations A,B,C")?)?,
             "--skip-mem" => skip_mem = true,
+            "--mem-modes" => {
+                mem_modes = it
+                    .next()
+                    .ok_or("--mem-modes M,N")?
+                    .split(',')
+                    .map(String::from)
+                    .collect()
+            }
             o => return Err(format!("unknown option `{o}`")),
         }
     }
@@ -368,7 +321,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 "{:>6} {:>5} {:>10} {:>9} {:>10}",
                 "audio", "T", "mode", "seconds", "peak MiB"
             );
-            for mode in ["windowed", "streaming", "chunked"] {
+            for mode in &mem_modes {
                 for &secs in &mem_durations {
                     let t = latents_for(secs);
                     let (s, m) = measure(&dir, mode, t, 1)?;

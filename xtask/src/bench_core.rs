@@ -14,7 +14,9 @@
 //!
 //! Each repetition runs an FMA-peak probe, our op and the baseline back to back, and the reported
 //! percentages and ratios are medians of the per-repetition values, so that they compare runs
-//! made under the same machine load.
+//! made under the same machine load. Single-threaded rows are timed with the thread's on-CPU time
+//! (Linux `schedstat`; wall time elsewhere), so that time given to other processes on a shared
+//! machine is not counted; multi-threaded rows use wall time.
 //!
 //! Options: `--reps N` (default 5), `--threads a,b` (default 1,2), `--quick` (smallest shapes).
 
@@ -81,14 +83,49 @@ fn tensor(v: Vec<f32>, shape: &[usize]) -> Result<Tensor, String> {
 }
 
 /// GFLOP/s of `threads` OS threads each running `probe` (worth `flops`) once, side by side.
+/// With one thread the probe's on-CPU time is used (see [`Clock`]).
 fn peak_on(threads: usize, flops: f64, probe: impl Fn() -> f32 + Sync) -> f64 {
+    if threads <= 1 {
+        let c = Clock::start(true);
+        black_box(probe());
+        return flops / c.secs() / 1e9;
+    }
     let start = Instant::now();
     std::thread::scope(|s| {
-        for _ in 0..threads.max(1) {
+        for _ in 0..threads {
             s.spawn(&probe);
         }
     });
-    flops * threads.max(1) as f64 / start.elapsed().as_secs_f64() / 1e9
+    flops * threads as f64 / start.elapsed().as_secs_f64() / 1e9
+}
+
+/// Nanoseconds the calling thread has spent on a CPU (Linux `schedstat`), if readable.
+fn thread_cpu_ns() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+/// A stopwatch: on-CPU time of the calling thread when asked for and available (single-threaded
+/// runs, so that time the shared machine gives to other processes is not counted), else wall time.
+struct Clock {
+    wall: Instant,
+    cpu: Option<u64>,
+}
+
+impl Clock {
+    fn start(on_cpu: bool) -> Clock {
+        Clock {
+            wall: Instant::now(),
+            cpu: if on_cpu { thread_cpu_ns() } else { None },
+        }
+    }
+
+    fn secs(&self) -> f64 {
+        match (self.cpu, thread_cpu_ns()) {
+            (Some(a), Some(b)) if b > a => (b - a) as f64 / 1e9,
+            _ => self.wall.elapsed().as_secs_f64(),
+        }
+    }
 }
 
 /// Best f32 FMA rate of `threads` cores in GFLOP/s (the 512-bit loop where AVX-512F exists).
@@ -129,7 +166,7 @@ fn fma_peak_gflops(threads: usize) -> Option<f64> {
             o.iter().sum()
         }
     }
-    let iters = 2_000_000;
+    let iters = 20_000_000;
     // SAFETY: AVX2 and FMA detected above.
     Some(peak_on(threads, (iters * 12 * 8 * 2) as f64, || {
         black_box(unsafe { run(black_box(iters), black_box(1e-7)) })
@@ -165,7 +202,7 @@ fn fma512_peak_gflops(threads: usize) -> Option<f64> {
             _mm512_reduce_add_ps(s)
         }
     }
-    let iters = 1_000_000;
+    let iters = 10_000_000;
     // SAFETY: AVX-512F detected above.
     Some(peak_on(threads, (iters * 12 * 16 * 2) as f64, || {
         black_box(unsafe { run(black_box(iters), black_box(1e-7)) })
@@ -312,28 +349,35 @@ fn measure(
     ours: &mut (dyn FnMut() + Send),
     mut base: Option<&mut (dyn FnMut() + Send)>,
 ) -> Result<Row, String> {
-    let time = |f: &mut (dyn FnMut() + Send)| {
+    // One thread: the op runs on the pool's only worker, where the on-CPU clock is read. Each
+    // timing repeats the op `n` times (chosen at warm-up for at least ~60 ms), since the on-CPU
+    // clock advances in scheduler ticks.
+    let time = |f: &mut (dyn FnMut() + Send), n: usize| {
         threads::with_threads(nt, || {
-            let s = Instant::now();
-            f();
-            s.elapsed().as_secs_f64()
+            let c = Clock::start(nt == 1);
+            for _ in 0..n {
+                f();
+            }
+            c.secs() / n as f64
         })
         .map_err(|e| e.to_string())
     };
-    time(ours)?;
-    if let Some(b) = base.as_mut() {
-        time(*b)?;
-    }
+    let count = |t: f64| ((0.06 / t.max(1e-6)).ceil() as usize).clamp(1, 1000);
+    let n_ours = count(time(ours, 1)?);
+    let n_base = match base.as_mut() {
+        Some(b) => count(time(*b, 1)?),
+        None => 1,
+    };
     let (mut g, mut gp, mut gb, mut gr) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..reps {
         let peak = peak_gflops(nt);
-        let ours_g = flops / time(ours)? / 1e9;
+        let ours_g = flops / time(ours, n_ours)? / 1e9;
         g.push(ours_g);
         if let Some(p) = peak {
             gp.push(ours_g / p);
         }
         if let Some(b) = base.as_mut() {
-            let bg = flops / time(*b)? / 1e9;
+            let bg = flops / time(*b, n_base)? / 1e9;
             gb.push(bg);
             gr.push(ours_g / bg);
         }

@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use aria_core::hooks::NoopHook;
 use aria_core::{threads, Tensor, WeightLoader};
-use aria_dit::config::{AttnKwargs, DitConfig, FfKwargs};
+use aria_dit::config::{DitConfig, ModelConfig};
 use aria_dit::dit::{Dit, DitConditioning, ForwardOptions};
 
 const PEAK_PER_CORE: f64 = 96.0;
@@ -30,7 +30,11 @@ struct Opts {
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
-    let mut o = Opts { reps: 3, threads: 2, lengths: vec![174, 388] };
+    let mut o = Opts {
+        reps: 3,
+        threads: 2,
+        lengths: vec![174, 388],
+    };
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut val = || it.next().ok_or_else(|| format!("{a} needs a value"));
@@ -43,29 +47,23 @@ fn parse(args: &[String]) -> Result<Opts, String> {
                     .map(|s| s.parse::<usize>().map_err(|e| format!("--lengths: {e}")))
                     .collect::<Result<_, _>>()?
             }
-            other => return Err(format!("unknown option `{other}` (--reps N, --threads N, --lengths a,b)")),
+            other => {
+                return Err(format!(
+                    "unknown option `{other}` (--reps N, --threads N, --lengths a,b)"
+                ))
+            }
         }
     }
     Ok(o)
 }
 
-/// The small-music DiT configuration.
-fn small_music() -> DitConfig {
-    DitConfig {
-        io_channels: 256,
-        patch_size: 1,
-        embed_dim: 1024,
-        depth: 20,
-        num_heads: 16,
-        cond_token_dim: 768,
-        global_cond_dim: 768,
-        global_cond_type: "adaLN".into(),
-        timestep_features_dim: 256,
-        num_memory_tokens: 64,
-        local_add_cond_dim: 257,
-        attn_kwargs: AttnKwargs { qk_norm: Some("rms".into()), differential: false },
-        ff_kwargs: FfKwargs { mult: 4 },
+/// The small-music DiT configuration (the released model's preset).
+fn small_music() -> Result<DitConfig, String> {
+    let c = ModelConfig::preset("small-music").map_err(|e| e.to_string())?.model.diffusion.config;
+    if c.embed_dim != 1024 || c.depth != 20 || c.num_heads != 16 || c.attn_kwargs.differential {
+        return Err(format!("unexpected small-music preset: {c:?}"));
     }
+    Ok(c)
 }
 
 /// Every DiT tensor name, shape and the scale of its random values (0: all ones).
@@ -83,13 +81,41 @@ fn tensor_list(c: &DitConfig) -> Vec<(String, Vec<usize>, f32)> {
         ("to_global_embed.2.weight".into(), vec![e, e], w(e, e)),
         ("preprocess_conv.weight".into(), vec![io, io, 1], w(io, io)),
         ("postprocess_conv.weight".into(), vec![io, io, 1], w(io, io)),
-        ("transformer.project_in.weight".into(), vec![e, io], w(e, io)),
-        ("transformer.project_out.weight".into(), vec![io, e], w(io, e)),
-        ("transformer.memory_tokens".into(), vec![c.num_memory_tokens, e], 1.0),
-        ("transformer.global_cond_embedder.0.weight".into(), vec![e, e], w(e, e)),
-        ("transformer.global_cond_embedder.0.bias".into(), vec![e], 0.02),
-        ("transformer.global_cond_embedder.2.weight".into(), vec![6 * e, e], 0.1 * w(e, e)),
-        ("transformer.global_cond_embedder.2.bias".into(), vec![6 * e], 0.02),
+        (
+            "transformer.project_in.weight".into(),
+            vec![e, io],
+            w(e, io),
+        ),
+        (
+            "transformer.project_out.weight".into(),
+            vec![io, e],
+            w(io, e),
+        ),
+        (
+            "transformer.memory_tokens".into(),
+            vec![c.num_memory_tokens, e],
+            1.0,
+        ),
+        (
+            "transformer.global_cond_embedder.0.weight".into(),
+            vec![e, e],
+            w(e, e),
+        ),
+        (
+            "transformer.global_cond_embedder.0.bias".into(),
+            vec![e],
+            0.02,
+        ),
+        (
+            "transformer.global_cond_embedder.2.weight".into(),
+            vec![6 * e, e],
+            0.1 * w(e, e),
+        ),
+        (
+            "transformer.global_cond_embedder.2.bias".into(),
+            vec![6 * e],
+            0.02,
+        ),
     ];
     for l in 0..c.depth {
         let p = |s: &str| format!("transformer.layers.{l}.{s}");
@@ -137,7 +163,9 @@ impl Rng {
 /// Stream a safetensors file of random f32 tensors (plus the RoPE `inv_freq`).
 fn write_checkpoint(path: &Path, c: &DitConfig) -> Result<(), String> {
     let mut list = tensor_list(c);
-    let inv: Vec<f32> = (0..16).map(|i| 1.0 / 10000f32.powf(2.0 * i as f32 / 32.0)).collect();
+    let inv: Vec<f32> = (0..16)
+        .map(|i| 1.0 / 10000f32.powf(2.0 * i as f32 / 32.0))
+        .collect();
     list.push(("transformer.rotary_pos_emb.inv_freq".into(), vec![16], -1.0));
     let mut header = String::from("{");
     let mut off = 0usize;
@@ -160,7 +188,8 @@ fn write_checkpoint(path: &Path, c: &DitConfig) -> Result<(), String> {
     }
     let io = |e: std::io::Error| format!("{}: {e}", path.display());
     let mut f = BufWriter::with_capacity(1 << 22, File::create(path).map_err(io)?);
-    f.write_all(&(header.len() as u64).to_le_bytes()).map_err(io)?;
+    f.write_all(&(header.len() as u64).to_le_bytes())
+        .map_err(io)?;
     f.write_all(header.as_bytes()).map_err(io)?;
     let mut rng = Rng(0x5eed);
     let mut buf: Vec<u8> = Vec::with_capacity(1 << 22);
@@ -187,7 +216,11 @@ fn write_checkpoint(path: &Path, c: &DitConfig) -> Result<(), String> {
 
 /// Multiply-accumulate FLOPs (×2) of one forward with a prepared context.
 fn forward_flops(c: &DitConfig, t: usize, n_ctx: usize) -> f64 {
-    let (e, f, io) = (c.embed_dim as f64, (c.ff_kwargs.mult * c.embed_dim) as f64, c.io_channels as f64);
+    let (e, f, io) = (
+        c.embed_dim as f64,
+        (c.ff_kwargs.mult * c.embed_dim) as f64,
+        c.io_channels as f64,
+    );
     let n = (c.num_memory_tokens + t) as f64;
     let per_layer = 2.0 * n * e * (3.0 * e + e + e + e) // qkv, out, cross q, cross out
         + 4.0 * n * n * e // self-attention scores and values
@@ -203,15 +236,20 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn rand_tensor(rng: &mut Rng, shape: &[usize]) -> Result<Tensor, String> {
     let n: usize = shape.iter().product();
-    Tensor::from_vec((0..n).map(|_| rng.next()).collect::<Vec<f32>>(), shape).map_err(|e| e.to_string())
+    Tensor::from_vec((0..n).map(|_| rng.next()).collect::<Vec<f32>>(), shape)
+        .map_err(|e| e.to_string())
 }
 
 /// Run the benchmark.
 pub fn run(args: &[String]) -> Result<(), String> {
     let o = parse(args)?;
-    let cfg = small_music();
-    let path: PathBuf = std::env::temp_dir().join(format!("aria-bench-dit-{}.safetensors", std::process::id()));
-    eprintln!("writing random small-music DiT weights to {} ...", path.display());
+    let cfg = small_music()?;
+    let path: PathBuf =
+        std::env::temp_dir().join(format!("aria-bench-dit-{}.safetensors", std::process::id()));
+    eprintln!(
+        "writing random small-music DiT weights to {} ...",
+        path.display()
+    );
     let t0 = Instant::now();
     write_checkpoint(&path, &cfg)?;
     eprintln!("  written in {:.1} s", t0.elapsed().as_secs_f64());
@@ -240,24 +278,38 @@ fn bench(o: &Opts, cfg: &DitConfig, path: &Path) -> Result<(), String> {
         let g = rand_tensor(&mut rng, &[1, 768])?;
         let l = Tensor::zeros(&[1, 257, t], aria_core::DType::F32);
         let pm = Tensor::full(&[1, t], 1.0);
-        let cond = DitConditioning { cross_attn_cond: &c, global_cond: &g, local_add_cond: Some(&l) };
+        let cond = DitConditioning {
+            cross_attn_cond: &c,
+            global_cond: &g,
+            local_add_cond: Some(&l),
+        };
         let (mut prep, mut plain, mut hooked) = (Vec::new(), Vec::new(), Vec::new());
         let noop = NoopHook;
-        let hook_opts = ForwardOptions { hook: Some(&noop), ..Default::default() };
+        let hook_opts = ForwardOptions {
+            hook: Some(&noop),
+            ..Default::default()
+        };
         // Warm-up (page in the mapped weights).
         let ctx = dit.prepare(&cond, None).map_err(e)?;
-        dit.forward_ctx(&x, &[0.9], &ctx, Some(&pm), &ForwardOptions::default()).map_err(e)?;
+        dit.forward_ctx(&x, &[0.9], &ctx, Some(&pm), &ForwardOptions::default())
+            .map_err(e)?;
         for _ in 0..o.reps.max(1) {
             let s = Instant::now();
             let ctx = dit.prepare(&cond, None).map_err(e)?;
             prep.push(s.elapsed().as_secs_f64());
             let s = Instant::now();
-            let a = dit.forward_ctx(&x, &[0.9], &ctx, Some(&pm), &ForwardOptions::default()).map_err(e)?;
+            let a = dit
+                .forward_ctx(&x, &[0.9], &ctx, Some(&pm), &ForwardOptions::default())
+                .map_err(e)?;
             plain.push(s.elapsed().as_secs_f64());
             let s = Instant::now();
-            let b = dit.forward_ctx(&x, &[0.9], &ctx, Some(&pm), &hook_opts).map_err(e)?;
+            let b = dit
+                .forward_ctx(&x, &[0.9], &ctx, Some(&pm), &hook_opts)
+                .map_err(e)?;
             hooked.push(s.elapsed().as_secs_f64());
-            if a.v.to_vec_f32().map_err(|x| x.to_string())? != b.v.to_vec_f32().map_err(|x| x.to_string())? {
+            if a.v.to_vec_f32().map_err(|x| x.to_string())?
+                != b.v.to_vec_f32().map_err(|x| x.to_string())?
+            {
                 return Err("a no-op hook changed the output".into());
             }
         }

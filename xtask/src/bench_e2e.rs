@@ -27,20 +27,41 @@ struct Opts {
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
-    let mut o = Opts { model: None, seconds: vec![10.0, 30.0], reps: 1, steps: 8 };
+    let mut o = Opts {
+        model: None,
+        seconds: vec![10.0, 30.0],
+        reps: 1,
+        steps: 8,
+    };
     let mut it = args.iter();
     while let Some(a) = it.next() {
-        let mut val = |n: &str| it.next().cloned().ok_or_else(|| format!("{n} needs a value"));
+        let mut val = |n: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{n} needs a value"))
+        };
         match a.as_str() {
             "--model" => o.model = Some(PathBuf::from(val("--model")?)),
             "--seconds" => {
                 o.seconds = val("--seconds")?
                     .split(',')
-                    .map(|s| s.trim().parse::<f64>().map_err(|_| format!("bad --seconds `{s}`")))
+                    .map(|s| {
+                        s.trim()
+                            .parse::<f64>()
+                            .map_err(|_| format!("bad --seconds `{s}`"))
+                    })
                     .collect::<Result<_, _>>()?
             }
-            "--reps" => o.reps = val("--reps")?.parse().map_err(|_| "--reps needs an integer".to_string())?,
-            "--steps" => o.steps = val("--steps")?.parse().map_err(|_| "--steps needs an integer".to_string())?,
+            "--reps" => {
+                o.reps = val("--reps")?
+                    .parse()
+                    .map_err(|_| "--reps needs an integer".to_string())?
+            }
+            "--steps" => {
+                o.steps = val("--steps")?
+                    .parse()
+                    .map_err(|_| "--steps needs an integer".to_string())?
+            }
             other => return Err(format!("unknown option `{other}`")),
         }
     }
@@ -53,7 +74,12 @@ fn process_age() -> Option<f64> {
     // Fields after the command name (which is in parentheses and may contain spaces).
     let rest = stat.rsplit_once(')')?.1;
     let start_ticks: f64 = rest.split_whitespace().nth(19)?.parse().ok()?;
-    let uptime: f64 = std::fs::read_to_string("/proc/uptime").ok()?.split_whitespace().next()?.parse().ok()?;
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
     // Linux reports start times in clock ticks of 1/100 s (USER_HZ).
     Some(uptime - start_ticks / 100.0)
 }
@@ -70,7 +96,8 @@ fn vm_hwm() -> Option<u64> {
 #[cfg(target_arch = "x86_64")]
 fn fma_peak_gflops() -> Option<f64> {
     use std::arch::x86_64::*;
-    if !(std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")) {
+    if !(std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"))
+    {
         return None;
     }
     #[target_feature(enable = "avx2,fma")]
@@ -88,7 +115,8 @@ fn fma_peak_gflops() -> Option<f64> {
             s = _mm256_add_ps(s, v);
         }
         let mut out = [0f32; 8];
-        _mm256_storeu_ps(out.as_mut_ptr(), s);
+        // SAFETY: `out` holds exactly 8 f32, the width of one unaligned 256-bit store.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), s) };
         out.iter().sum()
     }
     let iters = 20_000_000;
@@ -110,14 +138,17 @@ fn fma_peak_gflops() -> Option<f64> {
 
 /// The child: one generation, printed as `RESULT key=value ...`.
 fn child(model: &Path, seconds: f64, steps: usize) -> Result<(), String> {
-    let files = resolve_model(&model.display().to_string(), &SearchPaths::default()).map_err(|e| e.to_string())?;
+    let files = resolve_model(&model.display().to_string(), &SearchPaths::default())
+        .map_err(|e| e.to_string())?;
     let pipe = Pipeline::load(&files, &LoadOptions::default()).map_err(|e| e.to_string())?;
     let ready = process_age().unwrap_or(0.0);
     let t0 = Instant::now();
     let mut req = GenerateRequest::new("warm ambient pad with soft rain", seconds);
     req.steps = steps;
     let out = pipe
-        .generate(&req, &mut SeededNoise::new(0), &mut |_| std::ops::ControlFlow::Continue(()))
+        .generate(&req, &mut SeededNoise::new(0), &mut |_| {
+            std::ops::ControlFlow::Continue(())
+        })
         .map_err(|e| e.to_string())?;
     let gen = t0.elapsed().as_secs_f64();
     let t = &out.timings;
@@ -150,13 +181,24 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn default_model() -> Result<PathBuf, String> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench-models/small-music-f32");
+    let dir =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench-models/small-music-f32");
     if aria::discover::missing_files(&dir).is_empty() {
         return Ok(dir);
     }
-    eprintln!("writing a random small-music checkpoint (f32) to {} ...", dir.display());
+    eprintln!(
+        "writing a random small-music checkpoint (f32) to {} ...",
+        dir.display()
+    );
     let t = Instant::now();
-    synth::write_model(&dir, Preset::SmallMusic, aria_core::DType::F32, 0, &mut |_, _| {}).map_err(|e| e.to_string())?;
+    synth::write_model(
+        &dir,
+        Preset::SmallMusic,
+        aria_core::DType::F32,
+        0,
+        &mut |_, _| {},
+    )
+    .map_err(|e| e.to_string())?;
     eprintln!("  done in {:.1} s", t.elapsed().as_secs_f64());
     Ok(dir)
 }
@@ -165,8 +207,14 @@ fn default_model() -> Result<PathBuf, String> {
 pub fn run(args: &[String]) -> Result<(), String> {
     if args.first().map(String::as_str) == Some("--child") {
         let model = args.get(1).ok_or("--child MODEL SECONDS STEPS")?;
-        let secs: f64 = args.get(2).and_then(|s| s.parse().ok()).ok_or("--child: seconds")?;
-        let steps: usize = args.get(3).and_then(|s| s.parse().ok()).ok_or("--child: steps")?;
+        let secs: f64 = args
+            .get(2)
+            .and_then(|s| s.parse().ok())
+            .ok_or("--child: seconds")?;
+        let steps: usize = args
+            .get(3)
+            .and_then(|s| s.parse().ok())
+            .ok_or("--child: steps")?;
         return child(Path::new(model), secs, steps);
     }
     let o = parse(args)?;
@@ -184,19 +232,41 @@ pub fn run(args: &[String]) -> Result<(), String> {
     );
     println!(
         "{:>6} {:>5} {:>8} {:>8} {:>9} {:>8} {:>8} {:>9} {:>10} {:>12}",
-        "clip", "T", "ready", "text", "step", "decode", "total", "peak RSS", "DiT GF/s", "% FMA peak"
+        "clip",
+        "T",
+        "ready",
+        "text",
+        "step",
+        "decode",
+        "total",
+        "peak RSS",
+        "DiT GF/s",
+        "% FMA peak"
     );
     for &secs in &o.seconds {
         let mut rows: Vec<Vec<(String, f64)>> = Vec::new();
         for _ in 0..o.reps.max(1) {
             let out = Command::new(&exe)
-                .args(["bench", "e2e", "--child", &model.display().to_string(), &secs.to_string(), &o.steps.to_string()])
+                .args([
+                    "bench",
+                    "e2e",
+                    "--child",
+                    &model.display().to_string(),
+                    &secs.to_string(),
+                    &o.steps.to_string(),
+                ])
                 .output()
                 .map_err(|e| e.to_string())?;
             let text = String::from_utf8_lossy(&out.stdout);
-            let line = text.lines().find(|l| l.starts_with("RESULT")).ok_or_else(|| {
-                format!("child failed: {}", String::from_utf8_lossy(&out.stderr).trim())
-            })?;
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("RESULT"))
+                .ok_or_else(|| {
+                    format!(
+                        "child failed: {}",
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    )
+                })?;
             rows.push(
                 line.split_whitespace()
                     .skip(1)
@@ -205,9 +275,17 @@ pub fn run(args: &[String]) -> Result<(), String> {
                     .collect(),
             );
         }
-        let m = |k: &str| median(rows.iter().filter_map(|r| r.iter().find(|(kk, _)| kk == k).map(|x| x.1)).collect());
+        let m = |k: &str| {
+            median(
+                rows.iter()
+                    .filter_map(|r| r.iter().find(|(kk, _)| kk == k).map(|x| x.1))
+                    .collect(),
+            )
+        };
         let gf = m("dit_gflops");
-        let pct = peak.map_or("n/a".to_string(), |p| format!("{:.0} %", 100.0 * gf / (p * threads as f64)));
+        let pct = peak.map_or("n/a".to_string(), |p| {
+            format!("{:.0} %", 100.0 * gf / (p * threads as f64))
+        });
         println!(
             "{:>5.0}s {:>5} {:>7.2}s {:>7.2}s {:>8.2}s {:>7.2}s {:>7.2}s {:>7.2}GB {:>10.1} {:>12}",
             secs,

@@ -37,7 +37,12 @@ struct Opts {
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
-    let mut o = Opts { reps: 5, threads: vec![1, 2], len: 256, keep: false };
+    let mut o = Opts {
+        reps: 5,
+        threads: vec![1, 2],
+        len: 256,
+        keep: false,
+    };
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut val = || it.next().ok_or_else(|| format!("{a} needs a value"));
@@ -51,7 +56,11 @@ fn parse(args: &[String]) -> Result<Opts, String> {
                     .collect::<Result<_, _>>()?
             }
             "--keep" => o.keep = true,
-            other => return Err(format!("unknown option `{other}` (--reps N, --threads A,B, --len L, --keep)")),
+            other => {
+                return Err(format!(
+                    "unknown option `{other}` (--reps N, --threads A,B, --len L, --keep)"
+                ))
+            }
         }
     }
     if o.reps == 0 || o.len == 0 || o.threads.is_empty() {
@@ -75,7 +84,13 @@ impl Rng {
 
 fn config_json() -> String {
     let types: Vec<String> = (0..LAYERS)
-        .map(|i| if i % 2 == 0 { "\"sliding_attention\"".into() } else { "\"full_attention\"".into() })
+        .map(|i| {
+            if i % 2 == 0 {
+                "\"sliding_attention\"".into()
+            } else {
+                "\"full_attention\"".into()
+            }
+        })
         .collect();
     format!(
         r#"{{"model_type":"t5gemma","dtype":"bfloat16","encoder":{{
@@ -95,7 +110,10 @@ fn write_model(dir: &Path) -> Result<(), String> {
     let mut add = |name: String, shape: &[usize], scale: f32| -> Result<(), String> {
         let n: usize = shape.iter().product();
         let v: Vec<bf16> = (0..n).map(|_| bf16::from_f32(rng.next() * scale)).collect();
-        tensors.push((format!("encoder.{name}"), Tensor::from_vec(v, shape).map_err(|e| e.to_string())?));
+        tensors.push((
+            format!("encoder.{name}"),
+            Tensor::from_vec(v, shape).map_err(|e| e.to_string())?,
+        ));
         Ok(())
     };
     let fan = |k: usize| 1.0 / (k as f32).sqrt();
@@ -110,7 +128,12 @@ fn write_model(dir: &Path) -> Result<(), String> {
         add(p("mlp.gate_proj.weight"), &[FF, HIDDEN], fan(HIDDEN))?;
         add(p("mlp.up_proj.weight"), &[FF, HIDDEN], fan(HIDDEN))?;
         add(p("mlp.down_proj.weight"), &[HIDDEN, FF], fan(FF))?;
-        for n in ["pre_self_attn_layernorm", "post_self_attn_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"] {
+        for n in [
+            "pre_self_attn_layernorm",
+            "post_self_attn_layernorm",
+            "pre_feedforward_layernorm",
+            "post_feedforward_layernorm",
+        ] {
             add(p(&format!("{n}.weight")), &[HIDDEN], 0.1)?;
         }
     }
@@ -125,18 +148,40 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Median seconds of `reps` forwards (after one warm-up) on `n` threads.
-fn time(enc: &T5GemmaEncoder, ids: &Tensor, mask: &Tensor, n: usize, reps: usize) -> Result<f64, String> {
-    threads::with_threads(n, || -> Result<f64, String> {
+/// CPU seconds (user + system, all threads) of this process so far, from `/proc/self/stat`
+/// (clock ticks of 10 ms); `None` where unavailable.
+fn cpu_seconds() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// Median wall seconds of `reps` forwards (after one warm-up) on `n` threads, and the mean CPU
+/// seconds per forward (all threads).
+fn time(
+    enc: &T5GemmaEncoder,
+    ids: &Tensor,
+    mask: &Tensor,
+    n: usize,
+    reps: usize,
+) -> Result<(f64, f64), String> {
+    threads::with_threads(n, || -> Result<(f64, f64), String> {
         enc.forward(ids, mask).map_err(|e| e.to_string())?;
         let mut t = Vec::with_capacity(reps);
+        let c0 = cpu_seconds();
         for _ in 0..reps {
             let s = Instant::now();
             let out = enc.forward(ids, mask).map_err(|e| e.to_string())?;
             t.push(s.elapsed().as_secs_f64());
             std::hint::black_box(out);
         }
-        Ok(median(t))
+        let cpu = match (c0, cpu_seconds()) {
+            (Some(a), Some(b)) => (b - a) / reps as f64,
+            _ => f64::NAN,
+        };
+        Ok((median(t), cpu))
     })
     .map_err(|e| e.to_string())?
 }
@@ -158,28 +203,45 @@ pub fn run(args: &[String]) -> Result<(), String> {
 fn bench(o: &Opts, dir: &Path) -> Result<(), String> {
     let s = Instant::now();
     write_model(dir)?;
-    println!("T5Gemma b-b-ul2 shapes, random bf16 weights written in {:.1} s", s.elapsed().as_secs_f64());
+    println!(
+        "T5Gemma b-b-ul2 shapes, random bf16 weights written in {:.1} s",
+        s.elapsed().as_secs_f64()
+    );
     let enc = T5GemmaEncoder::load(dir).map_err(|e| e.to_string())?;
     let cfg: T5GemmaConfig = enc.config().clone();
     let file = dir.join("model.safetensors");
     let loader = WeightLoader::open_checkpoint(&file).map_err(|e| e.to_string())?;
-    let enc_f32 = T5GemmaEncoder::from_loader(cfg, &loader.with_dtype(Some(DType::F32)), dir, &file)
-        .map_err(|e| e.to_string())?;
+    let enc_f32 =
+        T5GemmaEncoder::from_loader(cfg, &loader.with_dtype(Some(DType::F32)), dir, &file)
+            .map_err(|e| e.to_string())?;
     let mut rng = Rng(42);
-    let ids: Vec<i64> = (0..o.len).map(|_| ((rng.next() + 1.0) * 0.5 * (VOCAB - 1) as f32) as i64).collect();
+    let ids: Vec<i64> = (0..o.len)
+        .map(|_| ((rng.next() + 1.0) * 0.5 * (VOCAB - 1) as f32) as i64)
+        .collect();
     let ids = Tensor::from_vec(ids, &[1, o.len]).map_err(|e| e.to_string())?;
     let mask = Tensor::from_vec(vec![1u8; o.len], &[1, o.len]).map_err(|e| e.to_string())?;
     let gflop = enc.flops(1, o.len) / 1e9;
-    println!("prompt of {} tokens: {gflop:.1} GFLOP per forward; median of {} runs", o.len, o.reps);
     println!(
-        "{:>7} | {:>13} {:>8} | {:>16} {:>8} | {:>9} | {:>10} {:>10}",
-        "threads", "bf16 map (s)", "GFLOP/s", "f32 copy (s)", "GFLOP/s", "map/f32", "vs 0.93 s", "vs 5.9 s"
+        "prompt of {} tokens: {gflop:.1} GFLOP per forward; median of {} runs",
+        o.len, o.reps
+    );
+    println!(
+        "{:>7} | {:>12} {:>8} {:>8} | {:>12} {:>8} | {:>7} | {:>9} {:>9}",
+        "threads",
+        "bf16 map (s)",
+        "GFLOP/s",
+        "cpu s",
+        "f32 copy (s)",
+        "GFLOP/s",
+        "map/f32",
+        "vs 0.93 s",
+        "vs 5.9 s"
     );
     for &n in &o.threads {
-        let t = time(&enc, &ids, &mask, n, o.reps)?;
-        let b = time(&enc_f32, &ids, &mask, n, o.reps)?;
+        let (t, cpu) = time(&enc, &ids, &mask, n, o.reps)?;
+        let (b, _) = time(&enc_f32, &ids, &mask, n, o.reps)?;
         println!(
-            "{n:>7} | {t:>13.3} {:>8.1} | {b:>16.3} {:>8.1} | {:>9.2} | {:>9.2}x {:>9.2}x",
+            "{n:>7} | {t:>12.3} {:>8.1} {cpu:>8.2} | {b:>12.3} {:>8.1} | {:>7.2} | {:>8.2}x {:>8.2}x",
             gflop / t,
             gflop / b,
             t / b,
@@ -187,7 +249,8 @@ fn bench(o: &Opts, dir: &Path) -> Result<(), String> {
             OFFICIAL_BF16_S / t
         );
     }
-    println!("(map/f32: time with bf16 weights from the map over time with an in-memory f32 copy, same run;");
+    println!("(wall-clock medians; cpu s: CPU seconds per forward over all threads, a check on contention;");
+    println!(" map/f32: bf16 weights from the map over an in-memory f32 copy, same run;");
     println!(" vs X s: official single-thread time over this time, > 1 is faster)");
     Ok(())
 }

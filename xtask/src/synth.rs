@@ -18,15 +18,26 @@ struct Opts {
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
-    let mut o = Opts { preset: Preset::SmallMusic, dtype: DType::F32, out: None, seed: 0, dry_run: false };
+    let mut o = Opts {
+        preset: Preset::SmallMusic,
+        dtype: DType::F32,
+        out: None,
+        seed: 0,
+        dry_run: false,
+    };
     let mut it = args.iter();
     while let Some(a) = it.next() {
-        let mut val = |name: &str| it.next().cloned().ok_or_else(|| format!("{name} needs a value"));
+        let mut val = |name: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
         match a.as_str() {
             "--preset" => {
                 let v = val("--preset")?;
-                o.preset = Preset::parse(&v)
-                    .ok_or_else(|| format!("unknown preset `{v}` (small-music, small-sfx, medium, tiny)"))?;
+                o.preset = Preset::parse(&v).ok_or_else(|| {
+                    format!("unknown preset `{v}` (small-music, small-sfx, medium, tiny)")
+                })?;
             }
             "--dtype" => {
                 o.dtype = match val("--dtype")?.as_str() {
@@ -37,7 +48,11 @@ fn parse(args: &[String]) -> Result<Opts, String> {
                 }
             }
             "--out" => o.out = Some(PathBuf::from(val("--out")?)),
-            "--seed" => o.seed = val("--seed")?.parse().map_err(|_| "--seed needs an integer".to_string())?,
+            "--seed" => {
+                o.seed = val("--seed")?
+                    .parse()
+                    .map_err(|_| "--seed needs an integer".to_string())?
+            }
             "--dry-run" => o.dry_run = true,
             other => return Err(format!("unknown option `{other}`")),
         }
@@ -60,7 +75,12 @@ pub fn run(args: &[String]) -> Result<(), String> {
             println!("{}/{}\t{:?}", synth::T5_FOLDER, s.name, s.shape);
         }
         let bytes = synth::safetensors_size(&specs, o.dtype).map_err(|e| e.to_string())?;
-        println!("# {}: {} tensors, {params} parameters, {bytes} bytes; text encoder {} tensors", o.preset.name(), specs.len(), t5.len());
+        println!(
+            "# {}: {} tensors, {params} parameters, {bytes} bytes; text encoder {} tensors",
+            o.preset.name(),
+            specs.len(),
+            t5.len()
+        );
         return Ok(());
     }
     let out = o.out.ok_or("--out DIR is required (or --dry-run)")?;

@@ -8,7 +8,7 @@
 //! * [`Autoencoder`] — weights (weight norm folded at load), [`Autoencoder::encode`],
 //!   [`Autoencoder::decode`], the official chunked decode [`Autoencoder::decode_chunked`].
 //! * [`WindowedDecoder`] / [`StreamingDecoder`] — bounded-memory decoding, bit-identical to a
-//!   whole decode.
+//!   whole decode (noise off, or position-keyed noise matching [`Autoencoder::decode_keyed`]).
 //! * [`NoiseSource`] — where the reference's stochastic terms draw from ([`StoredNoise`] to
 //!   replay recorded draws, [`GaussianNoise`] seeded); pass `None` to switch them off.
 //! * [`audio`] — WAV writing / reading, other formats through symphonia, resampling to 44.1 kHz

@@ -21,7 +21,9 @@ pub fn fixtures_root() -> Option<PathBuf> {
                 .collect()
         }
     };
-    candidates.into_iter().find(|c| c.join("README.md").is_file())
+    candidates
+        .into_iter()
+        .find(|c| c.join("README.md").is_file())
 }
 
 /// A fixture path (file or folder) relative to the fixtures root. Returns `None` (and prints

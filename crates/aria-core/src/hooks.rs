@@ -227,13 +227,21 @@ where
 pub fn mean_token_norm(x: &Tensor, ctx: &HookContext<'_>) -> Result<Vec<f32>> {
     let s = x.shape();
     if s.len() != 3 {
-        return Err(CoreError::shape("mean_token_norm", "x must be [B, N, D]", &[s]));
+        return Err(CoreError::shape(
+            "mean_token_norm",
+            "x must be [B, N, D]",
+            &[s],
+        ));
     }
     let (b, n, d) = (s[0], s[1], s[2]);
     let mask = match ctx.token_mask {
         Some(m) if m.shape() == [b, n] => Some(m.to_vec_f32()?),
         Some(m) => {
-            return Err(CoreError::shape("mean_token_norm", "token_mask must be [B, N]", &[s, m.shape()]))
+            return Err(CoreError::shape(
+                "mean_token_norm",
+                "token_mask must be [B, N]",
+                &[s, m.shape()],
+            ))
         }
         None => None,
     };
@@ -246,10 +254,18 @@ pub fn mean_token_norm(x: &Tensor, ctx: &HookContext<'_>) -> Result<Vec<f32>> {
                 continue;
             }
             let row = &data[(bi * n + ni) * d..(bi * n + ni + 1) * d];
-            sum += row.iter().map(|v| (*v as f64) * (*v as f64)).sum::<f64>().sqrt();
+            sum += row
+                .iter()
+                .map(|v| (*v as f64) * (*v as f64))
+                .sum::<f64>()
+                .sqrt();
             cnt += 1;
         }
-        out.push(if cnt == 0 { 0.0 } else { (sum / cnt as f64) as f32 });
+        out.push(if cnt == 0 {
+            0.0
+        } else {
+            (sum / cnt as f64) as f32
+        });
     }
     Ok(out)
 }
@@ -267,12 +283,14 @@ mod tests {
         assert!(Arc::ptr_eq(x.storage(), y.storage()));
         let mut list = HookList::new();
         assert!(list.as_hook().is_none());
-        list.push(Arc::new(FnHook::new(Some(vec![HookSite::Latent]), |_c: &HookContext<'_>, t: &Tensor| {
-            Ok(Some(crate::ops::mul_scalar(t, 2.0)?))
-        })));
-        list.push(Arc::new(FnHook::new(None, |_c: &HookContext<'_>, t: &Tensor| {
-            Ok(Some(crate::ops::add_scalar(t, 1.0)?))
-        })));
+        list.push(Arc::new(FnHook::new(
+            Some(vec![HookSite::Latent]),
+            |_c: &HookContext<'_>, t: &Tensor| Ok(Some(crate::ops::mul_scalar(t, 2.0)?)),
+        )));
+        list.push(Arc::new(FnHook::new(
+            None,
+            |_c: &HookContext<'_>, t: &Tensor| Ok(Some(crate::ops::add_scalar(t, 1.0)?)),
+        )));
         let y = run_hook(list.as_hook(), &ctx, x.clone())?;
         assert_eq!(y.to_vec::<f32>()?, vec![3.0, 5.0, 7.0, 9.0]);
         // The first hook does not want Residual sites.
@@ -284,7 +302,9 @@ mod tests {
     #[test]
     fn shape_change_is_an_error() {
         let x = Tensor::zeros(&[1, 2, 2], DType::F32);
-        let h = FnHook::new(None, |_c: &HookContext<'_>, _t: &Tensor| Ok(Some(Tensor::zeros(&[4], DType::F32))));
+        let h = FnHook::new(None, |_c: &HookContext<'_>, _t: &Tensor| {
+            Ok(Some(Tensor::zeros(&[4], DType::F32)))
+        });
         assert!(run_hook(Some(&h), &HookContext::new(HookSite::Latent), x).is_err());
     }
 

@@ -771,3 +771,98 @@ pub fn save_safetensors(
         source,
     })
 }
+
+/// Pure header-parsing checks (no files, no mapping), small enough to run under miri.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn build(header: &str, data: &[u8]) -> Vec<u8> {
+        let mut v = (header.len() as u64).to_le_bytes().to_vec();
+        v.extend_from_slice(header.as_bytes());
+        v.extend_from_slice(data);
+        v
+    }
+
+    fn kind(r: Result<Header>) -> Option<SafeTensorsErrorKind> {
+        match r {
+            Err(CoreError::SafeTensors { kind, .. }) => Some(kind),
+            _ => None,
+        }
+    }
+
+    const GOOD: &str = r#"{"__metadata__":{"k":"v"},"b":{"dtype":"BF16","shape":[2],"data_offsets":[8,12]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"z":{"dtype":"U8","shape":[0,3],"data_offsets":[12,12]}}"#;
+
+    #[test]
+    fn parses_and_rejects_every_truncation() {
+        let p = Path::new("t.safetensors");
+        let bytes = build(GOOD, &[7; 12]);
+        let (t, m) = parse_header(p, &bytes).expect("valid");
+        let start = 8 + GOOD.len();
+        assert_eq!(m["k"], "v");
+        assert_eq!((t["a"].start, t["a"].end), (start, start + 8));
+        assert_eq!(
+            (t["b"].dtype, t["b"].shape.as_slice()),
+            (DType::BF16, &[2][..])
+        );
+        assert_eq!((t["z"].start, t["z"].end), (start + 12, start + 12));
+        for cut in 0..bytes.len() {
+            let k = kind(parse_header(p, &bytes[..cut])).expect("typed error");
+            let want = match cut {
+                0..=7 => SafeTensorsErrorKind::TooSmall,
+                c if c < start => SafeTensorsErrorKind::HeaderLength,
+                _ => SafeTensorsErrorKind::DataLength,
+            };
+            assert_eq!(k, want, "cut at {cut}");
+        }
+        let mut long = bytes.clone();
+        long.push(0);
+        assert_eq!(
+            kind(parse_header(p, &long)),
+            Some(SafeTensorsErrorKind::DataLength)
+        );
+    }
+
+    #[test]
+    fn never_panics_on_flipped_bytes() {
+        let p = Path::new("t.safetensors");
+        let bytes = build(GOOD, &[7; 12]);
+        for pos in 0..bytes.len() {
+            for mask in [0x01u8, 0x80] {
+                let mut b = bytes.clone();
+                b[pos] ^= mask;
+                if let Err(e) = parse_header(p, &b) {
+                    assert!(e.to_string().contains("t.safetensors"), "{e}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn hostile_layouts() {
+        let p = Path::new("t.safetensors");
+        let k = |h: &str, n: usize| kind(parse_header(p, &build(h, &vec![0; n])));
+        let e = |s: &str| format!(r#"{{"t":{{"dtype":"F32","shape":[1],"data_offsets":{s}}}}}"#);
+        assert_eq!(k(&e("[4,0]"), 4), Some(SafeTensorsErrorKind::Offsets));
+        assert_eq!(k(&e("[4,8]"), 8), Some(SafeTensorsErrorKind::Offsets));
+        assert_eq!(k(&e("[0,8]"), 8), Some(SafeTensorsErrorKind::TensorSize));
+        assert_eq!(
+            k(&e("[18446744073709551611,18446744073709551615]"), 4),
+            Some(SafeTensorsErrorKind::Offsets)
+        );
+        assert_eq!(k("[]", 0), Some(SafeTensorsErrorKind::Header));
+        let big = r#"{"t":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]}}"#;
+        assert_eq!(k(big, 0), Some(SafeTensorsErrorKind::TensorSize));
+        let mut huge = u64::MAX.to_le_bytes().to_vec();
+        huge.extend_from_slice(b"{}");
+        assert_eq!(
+            kind(parse_header(p, &huge)),
+            Some(SafeTensorsErrorKind::HeaderTooLarge)
+        );
+        let q = r#"{"t":{"dtype":"Q4","shape":[1],"data_offsets":[0,1]}}"#;
+        assert!(matches!(
+            parse_header(p, &build(q, &[0])),
+            Err(CoreError::UnsupportedDType { .. })
+        ));
+    }
+}

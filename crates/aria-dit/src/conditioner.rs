@@ -18,11 +18,12 @@
 
 use aria_core::{ops, DType, Tensor, WeightLoader};
 
-use crate::config::{ConditionerSettings, FourierKind, ModelConfig, NumberCondConfig, PaddingMode, T5GemmaCondConfig};
+use crate::config::{
+    ConditionerSettings, FourierKind, ModelConfig, NumberCondConfig, PaddingMode, T5GemmaCondConfig,
+};
 use crate::t5gemma::T5GemmaEncoder;
 use crate::tokenizer::{PromptTokenizer, TokenBatch};
 use crate::{DitError, Result};
-
 
 /// Lowest frequency of the expo Fourier features (`ExpoFourierFeatures.min_freq`).
 pub const EXPO_MIN_FREQ: f64 = 0.5;
@@ -57,14 +58,14 @@ pub fn linspace_f32(start: f32, end: f32, steps: usize) -> Vec<f32> {
 /// Frequencies of the standard expo features (`dim` 256, 0.5 … 10 000) that the reference
 /// rounds to the other neighbour of the correctly rounded value: `(index, ulps)`. PyTorch's CPU
 /// `exp` (a vendor vector library accurate to about half an ulp) lands on the other side of the
-/// midpoint for these two inputs, whose exact results lie 0.489 and 0.499 ulp from the lower
-/// neighbour. A one-ulp change of a frequency near 10⁴ moves `2π·f` by 6·10⁻³, so they matter.
+/// midpoint for these two inputs, whose exact results lie 0.489 and 0.499 ulp away from the
+/// correctly rounded value (just inside the midpoint). A one-ulp change of a frequency near 10⁴ moves `2π·f` by 6·10⁻³, so they matter.
 const EXPO_REFERENCE_ROUNDING: [(usize, i32); 2] = [(86, -1), (124, 1)];
 
 /// The `dim / 2` frequencies of the expo Fourier features, in f32 as the reference computes them:
 /// `exp(linspace(0, 1, dim/2) · (ln max − ln min) + ln min)` (a multiply then an add, each rounded
-/// to f32), the exponential correctly rounded, except for the entries of
-/// [`EXPO_REFERENCE_ROUNDING`] in the standard configuration.
+/// to f32), the exponential correctly rounded, except for two entries of the standard
+/// configuration (`dim` 256, 0.5 … 10 000) that the reference rounds the other way.
 pub fn expo_frequencies(half: usize, min_freq: f64, max_freq: f64) -> Vec<f32> {
     let log_min = min_freq.ln();
     let log_max = max_freq.ln();
@@ -112,7 +113,9 @@ pub fn expo_fourier_features_with(
             reason: format!("dimension {dim} must be even and non-zero"),
         });
     }
-    if !(min_freq > 0.0 && max_freq > 0.0) {
+    if min_freq.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)
+        || max_freq.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)
+    {
         return Err(DitError::Input {
             what: "expo Fourier features".into(),
             reason: format!("frequencies must be positive (min {min_freq}, max {max_freq})"),
@@ -141,7 +144,10 @@ pub const CONDITIONER_PREFIX: &str = "conditioner.conditioners";
 pub const NUMBER_FEATURES_DIM: usize = 256;
 
 fn input_err(what: &str, reason: String) -> DitError {
-    DitError::Input { what: what.into(), reason }
+    DitError::Input {
+        what: what.into(),
+        reason,
+    }
 }
 
 /// Learned-frequency Fourier features (`LearnedPositionalEmbedding`): `[v, sin(a), cos(a)]` with
@@ -178,7 +184,12 @@ impl NumberConditioner {
     /// Load conditioner `id` from `loader` positioned at [`CONDITIONER_PREFIX`]
     /// (`<id>.embedder.embedding.1.{weight,bias}`, plus `<id>.embedder.embedding.0.weights` for
     /// learned features).
-    pub fn load(id: &str, cfg: &NumberCondConfig, out_dim: usize, loader: &WeightLoader) -> Result<Self> {
+    pub fn load(
+        id: &str,
+        cfg: &NumberCondConfig,
+        out_dim: usize,
+        loader: &WeightLoader,
+    ) -> Result<Self> {
         let vb = loader.pp(id).pp("embedder").pp("embedding");
         let (learned, in_dim) = match cfg.fourier_features_type {
             FourierKind::Expo => (None, NUMBER_FEATURES_DIM),
@@ -189,7 +200,14 @@ impl NumberConditioner {
         };
         let weight = vb.get_as("1.weight", &[out_dim, in_dim], DType::F32)?;
         let bias = vb.get_as("1.bias", &[out_dim], DType::F32)?;
-        Ok(NumberConditioner { id: id.to_string(), cfg: cfg.clone(), learned, weight, bias, out_dim })
+        Ok(NumberConditioner {
+            id: id.to_string(),
+            cfg: cfg.clone(),
+            learned,
+            weight,
+            bias,
+            out_dim,
+        })
     }
 
     /// The conditioning id.
@@ -259,7 +277,10 @@ impl PromptConditioner {
             None
         };
         let padding_embedding = match cfg.padding_mode {
-            PaddingMode::Learned => Some(vb.get_as("padding_embedding", &[out_dim], DType::F32)?.to_vec_f32()?),
+            PaddingMode::Learned => Some(
+                vb.get_as("padding_embedding", &[out_dim], DType::F32)?
+                    .to_vec_f32()?,
+            ),
             _ => None,
         };
         Ok(PromptConditioner {
@@ -326,7 +347,12 @@ impl PromptConditioner {
         if s.len() != 3 || mask.shape() != &s[..2] || s[2] != self.out_dim {
             return Err(input_err(
                 &self.id,
-                format!("embeddings {:?} and mask {:?} must be [B, L, {}] and [B, L]", s, mask.shape(), self.out_dim),
+                format!(
+                    "embeddings {:?} and mask {:?} must be [B, L, {}] and [B, L]",
+                    s,
+                    mask.shape(),
+                    self.out_dim
+                ),
             ));
         }
         let d = s[2];
@@ -377,7 +403,11 @@ impl Conditioning {
         if neg.cross_attn_cond.shape() != s.as_slice() {
             return Err(input_err(
                 "negative conditioning",
-                format!("context {:?} differs from the positive {:?}", neg.cross_attn_cond.shape(), s),
+                format!(
+                    "context {:?} differs from the positive {:?}",
+                    neg.cross_attn_cond.shape(),
+                    s
+                ),
             ));
         }
         let d = s[2];
@@ -420,7 +450,11 @@ impl TextConditioner {
     }
 
     /// [`TextConditioner::load`] with an already loaded encoder.
-    pub fn load_with_encoder(cfg: &ModelConfig, loader: &WeightLoader, encoder: T5GemmaEncoder) -> Result<Self> {
+    pub fn load_with_encoder(
+        cfg: &ModelConfig,
+        loader: &WeightLoader,
+        encoder: T5GemmaEncoder,
+    ) -> Result<Self> {
         let folder = cfg.t5_folder()?;
         let (pid, pcfg) = cfg.prompt_conditioner()?;
         let tok_path = folder.join("tokenizer.json");
@@ -483,7 +517,12 @@ impl TextConditioner {
     /// The `seconds_total` embeddings `[B, 1, cond_dim]`.
     pub fn seconds_embedding(&self, seconds: &[f32]) -> Result<Tensor> {
         self.number("seconds_total")
-            .ok_or_else(|| input_err("seconds_total", "the model has no `seconds_total` conditioner".into()))?
+            .ok_or_else(|| {
+                input_err(
+                    "seconds_total",
+                    "the model has no `seconds_total` conditioner".into(),
+                )
+            })?
             .embed(seconds)
     }
 
@@ -496,13 +535,22 @@ impl TextConditioner {
     /// The negative-prompt branch (spec §4.4): the conditioner run on the negative prompts with
     /// the same durations. Feed it to [`Conditioning::cfg_null_context`] of the positive
     /// conditioning to get the unconditional context.
-    pub fn negative(&self, negative_prompts: &[&str], seconds_total: &[f32]) -> Result<Conditioning> {
+    pub fn negative(
+        &self,
+        negative_prompts: &[&str],
+        seconds_total: &[f32],
+    ) -> Result<Conditioning> {
         self.conditioning(negative_prompts, seconds_total)
     }
 
     /// The DiT inputs from an already computed prompt embedding (`[B, L, cond_dim]`, pad handling
     /// applied) and mask `[B, L]`.
-    pub fn conditioning_from_prompt(&self, prompt_emb: &Tensor, prompt_mask: &Tensor, seconds_total: &[f32]) -> Result<Conditioning> {
+    pub fn conditioning_from_prompt(
+        &self,
+        prompt_emb: &Tensor,
+        prompt_mask: &Tensor,
+        seconds_total: &[f32],
+    ) -> Result<Conditioning> {
         let b = prompt_emb.shape().first().copied().unwrap_or(0);
         if seconds_total.len() != b {
             return Err(input_err(
@@ -510,10 +558,14 @@ impl TextConditioner {
                 format!("{} values for a batch of {b} prompts", seconds_total.len()),
             ));
         }
-        let mut outs: Vec<(&str, CondOut)> = vec![(self.prompt.id(), (prompt_emb.clone(), prompt_mask.clone()))];
+        let mut outs: Vec<(&str, CondOut)> =
+            vec![(self.prompt.id(), (prompt_emb.clone(), prompt_mask.clone()))];
         for n in &self.numbers {
             if n.id != "seconds_total" {
-                return Err(input_err(&n.id, "no values given for this number conditioner".into()));
+                return Err(input_err(
+                    &n.id,
+                    "no values given for this number conditioner".into(),
+                ));
             }
             let e = n.embed(seconds_total)?;
             outs.push((n.id(), (e, Tensor::from_vec(vec![1u8; b], &[b, 1])?)));
@@ -534,34 +586,66 @@ impl TextConditioner {
         let mut masks = Vec::new();
         for id in &self.cross_ids {
             let (e, m) = find(id)?;
-            let (e, m) = if e.rank() == 2 { (e.unsqueeze(1)?, m.unsqueeze(1)?) } else { (e.clone(), m.clone()) };
+            let (e, m) = if e.rank() == 2 {
+                (e.unsqueeze(1)?, m.unsqueeze(1)?)
+            } else {
+                (e.clone(), m.clone())
+            };
             toks.push(e);
             masks.push(m.to_dtype(DType::F32)?);
         }
         let cross = Tensor::cat(&toks.iter().collect::<Vec<_>>(), 1)?;
         let cmask = Tensor::cat(&masks.iter().collect::<Vec<_>>(), 1)?;
-        let cmask_u8: Vec<u8> = cmask.to_vec_f32()?.iter().map(|&x| u8::from(x != 0.0)).collect();
+        let cmask_u8: Vec<u8> = cmask
+            .to_vec_f32()?
+            .iter()
+            .map(|&x| u8::from(x != 0.0))
+            .collect();
         let cross_attn_mask = Tensor::from_vec(cmask_u8, cmask.shape())?;
-        let globals: Vec<Tensor> = self.global_ids.iter().map(|id| Ok(find(id)?.0.clone())).collect::<Result<_>>()?;
-        let mut global = Tensor::cat(&globals.iter().collect::<Vec<_>>(), globals.first().map_or(0, |g| g.rank() - 1))?;
+        let globals: Vec<Tensor> = self
+            .global_ids
+            .iter()
+            .map(|id| Ok(find(id)?.0.clone()))
+            .collect::<Result<_>>()?;
+        let mut global = Tensor::cat(
+            &globals.iter().collect::<Vec<_>>(),
+            globals.first().map_or(0, |g| g.rank() - 1),
+        )?;
         if global.rank() == 3 {
             global = global.squeeze(1)?.contiguous()?;
         }
-        Ok(Conditioning { cross_attn_cond: cross.contiguous()?, cross_attn_mask, global_cond: global })
+        Ok(Conditioning {
+            cross_attn_cond: cross.contiguous()?,
+            cross_attn_mask,
+            global_cond: global,
+        })
     }
 }
 
 /// The local-add condition `[B, 1 + C, T]` = `[inpaint_mask ; inpaint_masked_input]` over
 /// channels. `inpaint` is `(mask [B|1, 1, T], masked_input [B|1, C, T])` (a batch of 1 is
 /// repeated); `None` gives the all-zero condition of plain text-to-audio.
-pub fn local_add_cond(batch: usize, channels: usize, t: usize, inpaint: Option<(&Tensor, &Tensor)>) -> Result<Tensor> {
+pub fn local_add_cond(
+    batch: usize,
+    channels: usize,
+    t: usize,
+    inpaint: Option<(&Tensor, &Tensor)>,
+) -> Result<Tensor> {
     let Some((mask, masked)) = inpaint else {
         return Ok(Tensor::zeros(&[batch, channels + 1, t], DType::F32));
     };
     let ms = mask.shape();
     let xs = masked.shape();
     let ok_b = |n: usize| n == batch || n == 1;
-    if ms.len() != 3 || xs.len() != 3 || ms[1] != 1 || ms[2] != t || xs[1] != channels || xs[2] != t || !ok_b(ms[0]) || !ok_b(xs[0]) {
+    if ms.len() != 3
+        || xs.len() != 3
+        || ms[1] != 1
+        || ms[2] != t
+        || xs[1] != channels
+        || xs[2] != t
+        || !ok_b(ms[0])
+        || !ok_b(xs[0])
+    {
         return Err(input_err(
             "local_add_cond",
             format!("mask {ms:?} and masked input {xs:?} must be [B|1, 1, {t}] and [B|1, {channels}, {t}] (B = {batch})"),
@@ -587,7 +671,10 @@ pub fn latent_mask_nearest(mask_samples: &[f32], t: usize, ratio: usize) -> Resu
             mask_samples.get(i * ratio).copied().ok_or_else(|| {
                 input_err(
                     "inpaint mask",
-                    format!("{} samples do not cover {t} latents of {ratio} samples", mask_samples.len()),
+                    format!(
+                        "{} samples do not cover {t} latents of {ratio} samples",
+                        mask_samples.len()
+                    ),
                 )
             })
         })
@@ -624,7 +711,11 @@ mod tests {
             let exact = ((r * span + lmin) as f64).exp();
             let nearest = exact as f32;
             if let Some(&(_, d)) = EXPO_REFERENCE_ROUNDING.iter().find(|(k, _)| *k == i) {
-                let lo = if (nearest as f64) < exact { nearest } else { f32::from_bits(nearest.to_bits() - 1) };
+                let lo = if (nearest as f64) < exact {
+                    nearest
+                } else {
+                    f32::from_bits(nearest.to_bits() - 1)
+                };
                 let ulp = f32::from_bits(lo.to_bits() + 1) as f64 - lo as f64;
                 let frac = (exact - lo as f64) / ulp;
                 assert!((frac - 0.5).abs() < 0.02, "entry {i}: {frac}");

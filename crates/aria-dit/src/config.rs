@@ -20,7 +20,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::{DitError, Result};
 
@@ -251,27 +251,6 @@ pub struct DitConfig {
     /// Feed-forward settings.
     #[serde(default)]
     pub ff_kwargs: FfKwargs,
-    /// Timestep Fourier features (`expo` for SA3; the class default is `learned`).
-    #[serde(default = "learned")]
-    pub timestep_features_type: String,
-    /// Feed the timestep features with log-SNR instead of t (false for SA3).
-    #[serde(default)]
-    pub timestep_features_logsnr: bool,
-    /// Block norm (`rms_norm` for SA3; the block default is `layer_norm`).
-    #[serde(default = "layer_norm")]
-    pub norm_type: String,
-    /// Block norm arguments (`force_fp32`, `eps`).
-    #[serde(default)]
-    pub norm_kwargs: Map<String, Value>,
-    /// Project cross-attention tokens to the width E (true).
-    #[serde(default = "yes")]
-    pub project_cond_tokens: bool,
-    /// Project the global condition (true).
-    #[serde(default = "yes")]
-    pub project_global_cond: bool,
-    /// `continuous_transformer` for SA3.
-    #[serde(default = "continuous")]
-    pub transformer_type: String,
 }
 
 fn one() -> usize {
@@ -282,18 +261,6 @@ fn d256() -> usize {
 }
 fn adaln() -> String {
     "adaLN".into()
-}
-fn learned() -> String {
-    "learned".into()
-}
-fn layer_norm() -> String {
-    "layer_norm".into()
-}
-fn continuous() -> String {
-    "continuous_transformer".into()
-}
-fn yes() -> bool {
-    true
 }
 
 /// `attn_kwargs` of the DiT.
@@ -405,7 +372,9 @@ fn check_keys(
     allowed: Option<&[&str]>,
     required: &[&str],
 ) -> Result<()> {
-    let obj = v.as_object().ok_or_else(|| cfg_err(file, format!("`{what}` must be an object")))?;
+    let obj = v
+        .as_object()
+        .ok_or_else(|| cfg_err(file, format!("`{what}` must be an object")))?;
     if let Some(allowed) = allowed {
         if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
             return Err(cfg_err(file, format!("unknown key `{what}.{k}`")));
@@ -418,7 +387,10 @@ fn check_keys(
 }
 
 fn cfg_err(file: &Path, reason: String) -> DitError {
-    DitError::Config { path: file.to_path_buf(), reason }
+    DitError::Config {
+        path: file.to_path_buf(),
+        reason,
+    }
 }
 
 /// Deserialize the value at key path `what`, naming it in errors.
@@ -446,7 +418,7 @@ impl ConditionerEntry {
             }
             "number" => {
                 let c: NumberCondConfig = typed(file, &what, &self.config)?;
-                if !(c.max_val > c.min_val) {
+                if c.max_val.partial_cmp(&c.min_val) != Some(std::cmp::Ordering::Greater) {
                     return Err(cfg_err(
                         file,
                         format!("`{what}`: max_val {} must exceed min_val {}", c.max_val, c.min_val),
@@ -480,25 +452,56 @@ impl ModelConfig {
     /// Parse and validate a configuration given as JSON; `path` names it in errors and `dir` is
     /// the folder relative paths are resolved against.
     pub fn from_value(value: Value, path: &Path, dir: &Path) -> Result<Self> {
-        check_keys(path, "(top level)", &value, None, &["model_type", "sample_size", "sample_rate", "model"])?;
+        check_keys(
+            path,
+            "(top level)",
+            &value,
+            None,
+            &["model_type", "sample_size", "sample_rate", "model"],
+        )?;
         let model = &value["model"];
         check_keys(path, "model", model, None, known::MODEL)?;
         let cond = &model["conditioning"];
-        check_keys(path, "model.conditioning", cond, Some(known::CONDITIONING), &["cond_dim", "configs"])?;
+        check_keys(
+            path,
+            "model.conditioning",
+            cond,
+            Some(known::CONDITIONING),
+            &["cond_dim", "configs"],
+        )?;
         let entries = cond["configs"]
             .as_array()
             .ok_or_else(|| cfg_err(path, "`model.conditioning.configs` must be a list".into()))?;
         for (i, e) in entries.iter().enumerate() {
-            check_keys(path, &format!("model.conditioning.configs[{i}]"), e, Some(known::ENTRY), known::ENTRY)?;
+            check_keys(
+                path,
+                &format!("model.conditioning.configs[{i}]"),
+                e,
+                Some(known::ENTRY),
+                known::ENTRY,
+            )?;
         }
         let diff = &model["diffusion"];
-        check_keys(path, "model.diffusion", diff, Some(known::DIFFUSION), &["diffusion_objective", "config"])?;
+        check_keys(
+            path,
+            "model.diffusion",
+            diff,
+            Some(known::DIFFUSION),
+            &["diffusion_objective", "config"],
+        )?;
         check_keys(
             path,
             "model.diffusion.config",
             &diff["config"],
             Some(known::DIT),
-            &["io_channels", "embed_dim", "depth", "num_heads", "cond_token_dim", "global_cond_dim"],
+            &[
+                "io_channels",
+                "embed_dim",
+                "depth",
+                "num_heads",
+                "cond_token_dim",
+                "global_cond_dim",
+            ],
         )?;
         let mut cfg: ModelConfig = typed(path, "(top level)", &value)?;
         cfg.dir = dir.to_path_buf();
@@ -512,21 +515,39 @@ impl ModelConfig {
     fn validate(&self) -> Result<()> {
         let p = &self.path;
         if self.model_type != "diffusion_cond" {
-            return Err(cfg_err(p, format!("`model_type`: `{}` is not `diffusion_cond`", self.model_type)));
+            return Err(cfg_err(
+                p,
+                format!(
+                    "`model_type`: `{}` is not `diffusion_cond`",
+                    self.model_type
+                ),
+            ));
         }
         let c = &self.model.conditioning;
         let mut ids = Vec::new();
         for (i, e) in c.configs.iter().enumerate() {
             e.settings_at(p, i)?;
             if ids.contains(&e.id.as_str()) {
-                return Err(cfg_err(p, format!("`model.conditioning.configs[{i}].id`: duplicate id `{}`", e.id)));
+                return Err(cfg_err(
+                    p,
+                    format!(
+                        "`model.conditioning.configs[{i}].id`: duplicate id `{}`",
+                        e.id
+                    ),
+                ));
             }
             ids.push(e.id.as_str());
         }
         let d = &self.model.diffusion;
-        for (key, list) in [("cross_attention_cond_ids", &d.cross_attention_cond_ids), ("global_cond_ids", &d.global_cond_ids)] {
+        for (key, list) in [
+            ("cross_attention_cond_ids", &d.cross_attention_cond_ids),
+            ("global_cond_ids", &d.global_cond_ids),
+        ] {
             if let Some(id) = list.iter().find(|id| !ids.contains(&id.as_str())) {
-                return Err(cfg_err(p, format!("`model.diffusion.{key}`: no conditioner with id `{id}`")));
+                return Err(cfg_err(
+                    p,
+                    format!("`model.diffusion.{key}`: no conditioner with id `{id}`"),
+                ));
             }
         }
         match d.diffusion_objective.as_str() {
@@ -548,7 +569,9 @@ impl ModelConfig {
                 ),
             ));
         }
-        if !d.global_cond_ids.is_empty() && dc.global_cond_dim != c.cond_dim * d.global_cond_ids.len() {
+        if !d.global_cond_ids.is_empty()
+            && dc.global_cond_dim != c.cond_dim * d.global_cond_ids.len()
+        {
             return Err(cfg_err(
                 p,
                 format!(
@@ -570,7 +593,10 @@ impl ModelConfig {
         if dc.num_heads == 0 || dc.embed_dim % dc.num_heads != 0 {
             return Err(cfg_err(
                 p,
-                format!("`model.diffusion.config.num_heads` ({}) must divide embed_dim ({})", dc.num_heads, dc.embed_dim),
+                format!(
+                    "`model.diffusion.config.num_heads` ({}) must divide embed_dim ({})",
+                    dc.num_heads, dc.embed_dim
+                ),
             ));
         }
         Ok(())
@@ -583,7 +609,10 @@ impl ModelConfig {
                 return Ok((&e.id, c));
             }
         }
-        Err(cfg_err(&self.path, "`model.conditioning.configs`: no `t5gemma` conditioner".into()))
+        Err(cfg_err(
+            &self.path,
+            "`model.conditioning.configs`: no `t5gemma` conditioner".into(),
+        ))
     }
 
     /// The id and settings of every number conditioner, in file order.
@@ -616,12 +645,22 @@ impl ModelConfig {
         } else {
             let name = c.repo_id.as_deref().unwrap_or(&c.model_name);
             let last = name.rsplit('/').next().unwrap_or(name);
-            (self.dir.join(last), key(if c.repo_id.is_some() { "repo_id" } else { "model_name" }))
+            (
+                self.dir.join(last),
+                key(if c.repo_id.is_some() {
+                    "repo_id"
+                } else {
+                    "model_name"
+                }),
+            )
         };
         if !folder.is_dir() {
             return Err(cfg_err(
                 &self.path,
-                format!("`{from}`: text-encoder folder {} not found", folder.display()),
+                format!(
+                    "`{from}`: text-encoder folder {} not found",
+                    folder.display()
+                ),
             ));
         }
         for f in ["config.json", "model.safetensors", "tokenizer.json"] {
@@ -636,8 +675,14 @@ impl ModelConfig {
     }
 
     /// Names accepted by [`ModelConfig::preset`].
-    pub const PRESETS: &'static [&'static str] =
-        &["small-music", "small-sfx", "medium", "small-music-base", "small-sfx-base", "medium-base"];
+    pub const PRESETS: &'static [&'static str] = &[
+        "small-music",
+        "small-sfx",
+        "medium",
+        "small-music-base",
+        "small-sfx-base",
+        "medium-base",
+    ];
 
     /// The configuration of a released model (`small-music`, `small-sfx`, `medium`, or a `-base`
     /// variant), with `dir` = the current folder. The values are those established for the
@@ -646,7 +691,13 @@ impl ModelConfig {
     pub fn preset(name: &str) -> Result<Self> {
         let path = PathBuf::from(format!("<preset:{name}>"));
         let value = preset_json(name).ok_or_else(|| {
-            cfg_err(&path, format!("unknown preset `{name}` (known: {})", Self::PRESETS.join(", ")))
+            cfg_err(
+                &path,
+                format!(
+                    "unknown preset `{name}` (known: {})",
+                    Self::PRESETS.join(", ")
+                ),
+            )
         })?;
         Self::from_value(value, &path, Path::new("."))
     }
@@ -671,7 +722,11 @@ fn preset_json(name: &str) -> Option<Value> {
         _ => return None,
     };
     let repo = format!("stabilityai/stable-audio-3-{name}");
-    let (embed, depth, heads) = if medium { (1536, 24, 24) } else { (1024, 20, 16) };
+    let (embed, depth, heads) = if medium {
+        (1536, 24, 24)
+    } else {
+        (1024, 20, 16)
+    };
     let mut attn = json!({ "qk_norm": "rms" });
     if medium {
         attn["differential"] = json!(true);

@@ -82,7 +82,10 @@ pub struct LoraFile {
 }
 
 fn lora_err(path: &Path, reason: impl Into<String>) -> DitError {
-    DitError::Input { what: format!("LoRA file {}", path.display()), reason: reason.into() }
+    DitError::Input {
+        what: format!("LoRA file {}", path.display()),
+        reason: reason.into(),
+    }
 }
 
 impl LoraFile {
@@ -93,9 +96,11 @@ impl LoraFile {
         let names = w.names();
         let first = names.first().ok_or_else(|| lora_err(path, "no tensors"))?;
         let meta = w.file_metadata(first)?;
-        let cfg_text = meta.get("lora_config").ok_or_else(|| lora_err(path, "metadata key `lora_config` missing"))?;
-        let config: LoraConfig =
-            serde_json::from_str(cfg_text).map_err(|e| lora_err(path, format!("`lora_config`: {e}")))?;
+        let cfg_text = meta
+            .get("lora_config")
+            .ok_or_else(|| lora_err(path, "metadata key `lora_config` missing"))?;
+        let config: LoraConfig = serde_json::from_str(cfg_text)
+            .map_err(|e| lora_err(path, format!("`lora_config`: {e}")))?;
         if config.rank == 0 {
             return Err(lora_err(path, "`lora_config.rank` is 0"));
         }
@@ -104,7 +109,12 @@ impl LoraFile {
             "dora" | "dora-rows" => AdapterKind::DoraRows,
             "dora-cols" => AdapterKind::DoraCols,
             "bora" => AdapterKind::Bora,
-            other => return Err(lora_err(path, format!("adapter_type `{other}` is not supported (lora, dora-rows, dora-cols, bora)"))),
+            other => return Err(lora_err(
+                path,
+                format!(
+                    "adapter_type `{other}` is not supported (lora, dora-rows, dora-cols, bora)"
+                ),
+            )),
         };
         // Group tensors by module: `<module>.parametrizations.weight.<i>.<param>`.
         let mut parts: BTreeMap<String, BTreeMap<String, Tensor>> = BTreeMap::new();
@@ -112,37 +122,72 @@ impl LoraFile {
             let (module, rest) = n
                 .split_once(".parametrizations.weight.")
                 .ok_or_else(|| lora_err(path, format!("unexpected tensor name `{n}`")))?;
-            let (idx, param) = rest.split_once('.').ok_or_else(|| lora_err(path, format!("unexpected tensor name `{n}`")))?;
+            let (idx, param) = rest
+                .split_once('.')
+                .ok_or_else(|| lora_err(path, format!("unexpected tensor name `{n}`")))?;
             if idx.parse::<usize>().is_err() {
                 return Err(lora_err(path, format!("unexpected tensor name `{n}`")));
             }
             let t = w.get_any(n)?.to_dtype(DType::F32)?;
-            if parts.entry(module.to_string()).or_default().insert(param.to_string(), t).is_some() {
-                return Err(lora_err(path, format!("module `{module}` has two adapters")));
+            if parts
+                .entry(module.to_string())
+                .or_default()
+                .insert(param.to_string(), t)
+                .is_some()
+            {
+                return Err(lora_err(
+                    path,
+                    format!("module `{module}` has two adapters"),
+                ));
             }
         }
         let mut targets = BTreeMap::new();
         for (module, mut p) in parts {
             let mut take = |k: &str| p.remove(k);
-            let a = take("lora_A").ok_or_else(|| lora_err(path, format!("`{module}`: lora_A missing")))?;
-            let b = take("lora_B").ok_or_else(|| lora_err(path, format!("`{module}`: lora_B missing")))?;
+            let a = take("lora_A")
+                .ok_or_else(|| lora_err(path, format!("`{module}`: lora_A missing")))?;
+            let b = take("lora_B")
+                .ok_or_else(|| lora_err(path, format!("`{module}`: lora_B missing")))?;
             let (magnitude, magnitude_c) = match kind {
                 AdapterKind::Lora => (None, None),
                 AdapterKind::DoraRows | AdapterKind::DoraCols => (take("magnitude"), None),
                 AdapterKind::Bora => (take("magnitude_r"), take("magnitude_c")),
             };
             if a.rank() != 2 || b.rank() != 2 || a.shape()[0] != b.shape()[1] {
-                return Err(lora_err(path, format!("`{module}`: lora_A {:?} and lora_B {:?} do not chain", a.shape(), b.shape())));
+                return Err(lora_err(
+                    path,
+                    format!(
+                        "`{module}`: lora_A {:?} and lora_B {:?} do not chain",
+                        a.shape(),
+                        b.shape()
+                    ),
+                ));
             }
             if kind != AdapterKind::Lora && magnitude.is_none() {
-                return Err(lora_err(path, format!("`{module}`: magnitude missing for {}", config.adapter_type)));
+                return Err(lora_err(
+                    path,
+                    format!("`{module}`: magnitude missing for {}", config.adapter_type),
+                ));
             }
             if kind == AdapterKind::Bora && magnitude_c.is_none() {
                 return Err(lora_err(path, format!("`{module}`: magnitude_c missing")));
             }
-            targets.insert(module, LoraTarget { a, b, magnitude, magnitude_c });
+            targets.insert(
+                module,
+                LoraTarget {
+                    a,
+                    b,
+                    magnitude,
+                    magnitude_c,
+                },
+            );
         }
-        Ok(LoraFile { path: path.to_path_buf(), config, kind, targets })
+        Ok(LoraFile {
+            path: path.to_path_buf(),
+            config,
+            kind,
+            targets,
+        })
     }
 
     /// The file.
@@ -178,13 +223,18 @@ impl LoraFile {
     /// Apply this adapter to the weight `w` (`[out, in·k]`, any float dtype) of `module` with
     /// `strength`: `Ok(None)` when the module is not adapted.
     pub fn merge(&self, module: &str, w: &Tensor, strength: f32) -> Result<Option<Tensor>> {
-        let Some(t) = self.targets.get(module) else { return Ok(None) };
+        let Some(t) = self.targets.get(module) else {
+            return Ok(None);
+        };
         let shape = w.shape().to_vec();
         let out = shape.first().copied().unwrap_or(0);
         let inn = w.elem_count() / out.max(1);
         let (ash, bsh) = (t.a.shape(), t.b.shape());
         if bsh[0] != out || ash[1] != inn {
-            return Err(lora_err(&self.path, format!("`{module}`: A {ash:?} / B {bsh:?} do not fit weight {shape:?}")));
+            return Err(lora_err(
+                &self.path,
+                format!("`{module}`: A {ash:?} / B {bsh:?} do not fit weight {shape:?}"),
+            ));
         }
         if self.kind != AdapterKind::Lora && strength == 0.0 {
             return Ok(Some(w.to_dtype(DType::F32)?.reshape(&shape)?));
@@ -206,7 +256,9 @@ impl LoraFile {
             }
         }
         let row_norms = |v: &[f32]| -> Vec<f32> {
-            v.chunks(inn.max(1)).map(|r| r.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt() as f32).collect()
+            v.chunks(inn.max(1))
+                .map(|r| r.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt() as f32)
+                .collect()
         };
         let col_norms = |v: &[f32]| -> Vec<f32> {
             let mut s = vec![0f64; inn];
@@ -218,9 +270,14 @@ impl LoraFile {
             s.into_iter().map(|x| x.sqrt() as f32).collect()
         };
         let mag = |m: &Option<Tensor>, n: usize| -> Result<Vec<f32>> {
-            let m = m.as_ref().ok_or_else(|| lora_err(&self.path, format!("`{module}`: magnitude missing")))?;
+            let m = m
+                .as_ref()
+                .ok_or_else(|| lora_err(&self.path, format!("`{module}`: magnitude missing")))?;
             if m.elem_count() != n {
-                return Err(lora_err(&self.path, format!("`{module}`: magnitude {:?}, expected {n}", m.shape())));
+                return Err(lora_err(
+                    &self.path,
+                    format!("`{module}`: magnitude {:?}, expected {n}", m.shape()),
+                ));
             }
             Ok(m.to_vec_f32()?)
         };
@@ -277,17 +334,20 @@ impl LoraStack {
     /// Remove the adapter at `index`.
     pub fn remove(&mut self, index: usize) -> Result<Arc<LoraFile>> {
         if index >= self.entries.len() {
-            return Err(DitError::Input { what: "LoRA stack".into(), reason: format!("no entry {index}") });
+            return Err(DitError::Input {
+                what: "LoRA stack".into(),
+                reason: format!("no entry {index}"),
+            });
         }
         Ok(self.entries.remove(index).0)
     }
 
     /// Change the strength of the adapter at `index`.
     pub fn set_strength(&mut self, index: usize, strength: f32) -> Result<()> {
-        let e = self
-            .entries
-            .get_mut(index)
-            .ok_or_else(|| DitError::Input { what: "LoRA stack".into(), reason: format!("no entry {index}") })?;
+        let e = self.entries.get_mut(index).ok_or_else(|| DitError::Input {
+            what: "LoRA stack".into(),
+            reason: format!("no entry {index}"),
+        })?;
         e.1 = strength;
         Ok(())
     }
@@ -318,10 +378,21 @@ impl LoraStack {
     /// drops all merged weights). Returns the number of merged layers. Every `model.*` module of
     /// every file must exist in the DiT.
     pub fn apply(&self, dit: &mut Dit) -> Result<usize> {
-        let paths: Vec<String> = dit.linears().iter().map(|l| format!("model.{}", l.path())).collect();
+        let paths: Vec<String> = dit
+            .linears()
+            .iter()
+            .map(|l| format!("model.{}", l.path()))
+            .collect();
         for (f, _) in &self.entries {
-            if let Some(m) = f.modules().filter(|m| m.starts_with("model.")).find(|m| !paths.iter().any(|p| p == m)) {
-                return Err(lora_err(f.path(), format!("module `{m}` is not a DiT linear layer")));
+            if let Some(m) = f
+                .modules()
+                .filter(|m| m.starts_with("model."))
+                .find(|m| !paths.iter().any(|p| p == m))
+            {
+                return Err(lora_err(
+                    f.path(),
+                    format!("module `{m}` is not a DiT linear layer"),
+                ));
             }
         }
         let mut n = 0;

@@ -90,7 +90,10 @@ pub struct T5GemmaConfig {
 }
 
 fn cfg_err(path: &Path, reason: String) -> DitError {
-    DitError::Config { path: path.to_path_buf(), reason }
+    DitError::Config {
+        path: path.to_path_buf(),
+        reason,
+    }
 }
 
 impl T5GemmaConfig {
@@ -112,7 +115,9 @@ impl T5GemmaConfig {
         let err = |k: &str, why: &str| cfg_err(path, format!("`{pre}{k}`: {why}"));
         let usize_key = |k: &str| -> Result<usize> {
             let v = enc.get(k).ok_or_else(|| err(k, "missing key"))?;
-            v.as_u64().map(|x| x as usize).ok_or_else(|| err(k, "must be a non-negative integer"))
+            v.as_u64()
+                .map(|x| x as usize)
+                .ok_or_else(|| err(k, "must be a non-negative integer"))
         };
         let f64_key = |k: &str, default: Option<f64>| -> Result<f64> {
             match enc.get(k) {
@@ -132,26 +137,45 @@ impl T5GemmaConfig {
         let vocab_size = usize_key("vocab_size")?;
         let rms_norm_eps = f64_key("rms_norm_eps", Some(1e-6))? as f32;
         let rope_theta = match enc.get("rope_parameters").and_then(|r| r.get("rope_theta")) {
-            Some(v) => v.as_f64().ok_or_else(|| err("rope_parameters.rope_theta", "must be a number"))?,
+            Some(v) => v
+                .as_f64()
+                .ok_or_else(|| err("rope_parameters.rope_theta", "must be a number"))?,
             None => f64_key("rope_theta", Some(10000.0))?,
         };
         if let Some(t) = enc.get("rope_parameters").and_then(|r| r.get("rope_type")) {
             if t.as_str() != Some("default") {
-                return Err(err("rope_parameters.rope_type", "only `default` RoPE is supported"));
+                return Err(err(
+                    "rope_parameters.rope_type",
+                    "only `default` RoPE is supported",
+                ));
             }
         }
         let attn_logit_softcapping = match enc.get("attn_logit_softcapping") {
             None | Some(Value::Null) => None,
-            Some(v) => Some(v.as_f64().ok_or_else(|| err("attn_logit_softcapping", "must be a number"))? as f32),
+            Some(v) => Some(
+                v.as_f64()
+                    .ok_or_else(|| err("attn_logit_softcapping", "must be a number"))?
+                    as f32,
+            ),
         };
         let query_pre_attn_scalar = f64_key("query_pre_attn_scalar", Some(head_dim as f64))?;
         let sliding_window = match enc.get("sliding_window") {
             None | Some(Value::Null) => None,
-            Some(v) => Some(v.as_u64().ok_or_else(|| err("sliding_window", "must be an integer"))? as usize),
+            Some(v) => Some(
+                v.as_u64()
+                    .ok_or_else(|| err("sliding_window", "must be an integer"))?
+                    as usize,
+            ),
         };
         let layer_types = match enc.get("layer_types") {
             None => (0..num_hidden_layers)
-                .map(|i| if i % 2 == 0 { LayerType::Sliding } else { LayerType::Full })
+                .map(|i| {
+                    if i % 2 == 0 {
+                        LayerType::Sliding
+                    } else {
+                        LayerType::Full
+                    }
+                })
                 .collect(),
             Some(Value::Array(a)) => a
                 .iter()
@@ -166,16 +190,27 @@ impl T5GemmaConfig {
         if layer_types.len() != num_hidden_layers {
             return Err(err(
                 "layer_types",
-                &format!("{} entries for {num_hidden_layers} layers", layer_types.len()),
+                &format!(
+                    "{} entries for {num_hidden_layers} layers",
+                    layer_types.len()
+                ),
             ));
         }
-        let attention_bias = enc.get("attention_bias").and_then(Value::as_bool).unwrap_or(false);
+        let attention_bias = enc
+            .get("attention_bias")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
         if let Some(act) = enc.get("hidden_activation") {
             if act.as_str() != Some("gelu_pytorch_tanh") {
-                return Err(err("hidden_activation", &format!("{act} is not supported (gelu_pytorch_tanh)")));
+                return Err(err(
+                    "hidden_activation",
+                    &format!("{act} is not supported (gelu_pytorch_tanh)"),
+                ));
             }
         }
-        let imp = enc.get("attn_implementation").or_else(|| root.get("attn_implementation"));
+        let imp = enc
+            .get("attn_implementation")
+            .or_else(|| root.get("attn_implementation"));
         let attn_implementation = match imp {
             None | Some(Value::Null) => AttnImplementation::Sdpa,
             Some(v) => match v.as_str() {
@@ -281,7 +316,10 @@ fn encoder_prefix(loader: &WeightLoader, file: &Path) -> Result<String> {
         .collect();
     cands.sort_by_key(|p| (!p.contains("encoder"), p.len()));
     cands.into_iter().next().ok_or_else(|| {
-        cfg_err(file, format!("no encoder `{suffix}` tensor (tensor names are matched by suffix)"))
+        cfg_err(
+            file,
+            format!("no encoder `{suffix}` tensor (tensor names are matched by suffix)"),
+        )
     })
 }
 
@@ -300,17 +338,30 @@ impl T5GemmaEncoder {
 
     /// Build the encoder from a configuration and a loader over its weights (`folder` and
     /// `file` only name them in errors).
-    pub fn from_loader(cfg: T5GemmaConfig, loader: &WeightLoader, folder: &Path, file: &Path) -> Result<Self> {
+    pub fn from_loader(
+        cfg: T5GemmaConfig,
+        loader: &WeightLoader,
+        folder: &Path,
+        file: &Path,
+    ) -> Result<Self> {
         let prefix = encoder_prefix(loader, file)?;
         let name = |s: &str| format!("{prefix}{s}");
         let h = cfg.hidden_size;
-        let (nh, nkv, hd, ff) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.intermediate_size);
+        let (nh, nkv, hd, ff) = (
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+            cfg.intermediate_size,
+        );
         let embed = loader.get_any(&name("embed_tokens.weight"))?;
         let es = embed.shape().to_vec();
         if es.len() != 2 || es[1] != h {
             return Err(cfg_err(
                 file,
-                format!("`{}` has shape {es:?}, expected [vocab, {h}] (hidden_size)", name("embed_tokens.weight")),
+                format!(
+                    "`{}` has shape {es:?}, expected [vocab, {h}] (hidden_size)",
+                    name("embed_tokens.weight")
+                ),
             ));
         }
         if es[0] != cfg.vocab_size {
@@ -329,7 +380,9 @@ impl T5GemmaEncoder {
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for (i, &kind) in cfg.layer_types.iter().enumerate() {
             let p = |s: &str| format!("layers.{i}.{s}");
-            let w = |s: &str, shape: &[usize]| -> Result<Tensor> { Ok(loader.get(&name(&p(s)), shape)?) };
+            let w = |s: &str, shape: &[usize]| -> Result<Tensor> {
+                Ok(loader.get(&name(&p(s)), shape)?)
+            };
             let qkv_bias = if cfg.attention_bias {
                 Some([
                     loader.get_as(&name(&p("self_attn.q_proj.bias")), &[nh * hd], DType::F32)?,
@@ -380,6 +433,17 @@ impl T5GemmaEncoder {
         &self.folder
     }
 
+    /// Whether every matrix and the embedding table are used straight from the memory-mapped
+    /// file (no converted copy), as they are for a well-aligned safetensors file.
+    pub fn weights_mapped(&self) -> bool {
+        self.embed.is_mapped()
+            && self.layers.iter().all(|l| {
+                [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down]
+                    .iter()
+                    .all(|w| w.is_mapped())
+            })
+    }
+
     /// The attention implementation in use.
     pub fn attn_implementation(&self) -> AttnImplementation {
         self.attn_impl
@@ -410,12 +474,21 @@ impl T5GemmaEncoder {
         if s.len() != 2 || mask.shape() != s {
             return Err(DitError::Input {
                 what: "T5Gemma input".into(),
-                reason: format!("ids {:?} and mask {:?} must both be [batch, len]", s, mask.shape()),
+                reason: format!(
+                    "ids {:?} and mask {:?} must both be [batch, len]",
+                    s,
+                    mask.shape()
+                ),
             });
         }
         let (b, l) = (s[0], s[1]);
         let c = &self.cfg;
-        let (h, nh, nkv, hd) = (c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        let (h, nh, nkv, hd) = (
+            c.hidden_size,
+            c.num_attention_heads,
+            c.num_key_value_heads,
+            c.head_dim,
+        );
         let mut x = ops::mul_scalar(&ops::embedding(ids, &self.embed)?, c.normalizer())?;
         let (cos, sin) = ops::rope_tables(&self.inv_freq, l)?;
         let scale = c.query_pre_attn_scalar.powf(-0.5) as f32;
@@ -425,13 +498,19 @@ impl T5GemmaEncoder {
             // Self-attention block.
             let u = ops::rms_norm(&x, Some(&layer.pre_attn), eps, RmsStyle::OnePlus)?;
             let bias = |i: usize| layer.qkv_bias.as_ref().map(|bs| &bs[i]);
-            let heads = |t: Tensor, n: usize| -> Result<Tensor> { Ok(t.reshape(&[b, l, n, hd])?.transpose(1, 2)?) };
+            let heads = |t: Tensor, n: usize| -> Result<Tensor> {
+                Ok(t.reshape(&[b, l, n, hd])?.transpose(1, 2)?)
+            };
             let q = heads(ops::linear(&u, &layer.q, bias(0))?, nh)?;
             let k = heads(ops::linear(&u, &layer.k, bias(1))?, nkv)?;
             let v = heads(ops::linear(&u, &layer.v, bias(2))?, nkv)?;
             let q = ops::rope(&q, &cos, &sin)?;
             let k = ops::rope(&k, &cos, &sin)?;
-            let (k, v) = if nkv == nh { (k, v) } else { (repeat_kv(&k, nh / nkv)?, repeat_kv(&v, nh / nkv)?) };
+            let (k, v) = if nkv == nh {
+                (k, v)
+            } else {
+                (repeat_kv(&k, nh / nkv)?, repeat_kv(&v, nh / nkv)?)
+            };
             let window = match (layer.kind, c.sliding_window) {
                 (LayerType::Sliding, Some(w)) if w > 0 && l > w => Some((w - 1, w - 1)),
                 _ => None,

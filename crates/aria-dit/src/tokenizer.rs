@@ -42,7 +42,12 @@ impl TokenBatch {
                 ),
             });
         }
-        Ok(TokenBatch { ids, mask, batch, len })
+        Ok(TokenBatch {
+            ids,
+            mask,
+            batch,
+            len,
+        })
     }
 
     /// Build a batch from `ids` and `mask` tensors of shape `[batch, len]` (any integer or float
@@ -66,10 +71,26 @@ impl TokenBatch {
             _ => ids.to_vec_f32()?.into_iter().map(|x| x as i64).collect(),
         };
         let mv: Vec<u8> = match mask.dtype() {
-            aria_core::DType::I64 => mask.to_vec::<i64>()?.into_iter().map(|x| u8::from(x != 0)).collect(),
-            aria_core::DType::U8 => mask.to_vec::<u8>()?.into_iter().map(|x| u8::from(x != 0)).collect(),
-            aria_core::DType::I8 => mask.to_vec::<i8>()?.into_iter().map(|x| u8::from(x != 0)).collect(),
-            _ => mask.to_vec_f32()?.into_iter().map(|x| u8::from(x != 0.0)).collect(),
+            aria_core::DType::I64 => mask
+                .to_vec::<i64>()?
+                .into_iter()
+                .map(|x| u8::from(x != 0))
+                .collect(),
+            aria_core::DType::U8 => mask
+                .to_vec::<u8>()?
+                .into_iter()
+                .map(|x| u8::from(x != 0))
+                .collect(),
+            aria_core::DType::I8 => mask
+                .to_vec::<i8>()?
+                .into_iter()
+                .map(|x| u8::from(x != 0))
+                .collect(),
+            _ => mask
+                .to_vec_f32()?
+                .into_iter()
+                .map(|x| u8::from(x != 0.0))
+                .collect(),
         };
         Self::new(idv, mv, s[0], s[1])
     }
@@ -119,7 +140,10 @@ impl PromptTokenizer {
     /// The pad id is the id of `<pad>` in the file (0 for Gemma), or 0 if it has none.
     pub fn from_file(path: impl AsRef<Path>, max_length: usize) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let err = |reason: String| DitError::Tokenizer { path: path.clone(), reason };
+        let err = |reason: String| DitError::Tokenizer {
+            path: path.clone(),
+            reason,
+        };
         if max_length == 0 {
             return Err(err("max_length must be at least 1".into()));
         }
@@ -137,7 +161,12 @@ impl PromptTokenizer {
             }))
             .map_err(|e| err(e.to_string()))?;
         let pad_id = inner.token_to_id("<pad>").unwrap_or(0);
-        Ok(PromptTokenizer { inner, path, max_length, pad_id })
+        Ok(PromptTokenizer {
+            inner,
+            path,
+            max_length,
+            pad_id,
+        })
     }
 
     /// The `tokenizer.json` this was loaded from.
@@ -162,10 +191,13 @@ impl PromptTokenizer {
 
     /// The ids of one text with special tokens, truncated to `max_length`, not padded.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        let enc = self.inner.encode_fast(text, true).map_err(|e| DitError::Tokenizer {
-            path: self.path.clone(),
-            reason: format!("encoding {text:?}: {e}"),
-        })?;
+        let enc = self
+            .inner
+            .encode_fast(text, true)
+            .map_err(|e| DitError::Tokenizer {
+                path: self.path.clone(),
+                reason: format!("encoding {text:?}: {e}"),
+            })?;
         let mut ids = enc.get_ids().to_vec();
         ids.truncate(self.max_length);
         Ok(ids)

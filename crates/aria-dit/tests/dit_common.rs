@@ -24,7 +24,10 @@ pub fn tensors(rel: &str) -> Option<WeightLoader> {
 
 /// Tensor `name` of `w` as f32.
 pub fn get(w: &WeightLoader, name: &str) -> Tensor {
-    w.get_any(name).unwrap().to_dtype(aria_core::DType::F32).unwrap()
+    w.get_any(name)
+        .unwrap()
+        .to_dtype(aria_core::DType::F32)
+        .unwrap()
 }
 
 /// Tensor `name` if present.

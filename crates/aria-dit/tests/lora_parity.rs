@@ -29,42 +29,98 @@ fn forward(dit: &Dit, w: &aria_core::WeightLoader, case: &str) -> (Tensor, Vec<T
 }
 
 fn case(folder: &str, case: &str, file: &str, kind: AdapterKind) {
-    let Some((_, mut dit)) = load_dit(folder) else { return };
-    let Some(w) = tensors(&format!("{folder}/lora_forward.safetensors")) else { return };
-    let Some(path) = fixture(&format!("{folder}/{file}")) else { return };
+    let Some((_, mut dit)) = load_dit(folder) else {
+        return;
+    };
+    let Some(w) = tensors(&format!("{folder}/lora_forward.safetensors")) else {
+        return;
+    };
+    let Some(path) = fixture(&format!("{folder}/{file}")) else {
+        return;
+    };
     let lora = Arc::new(LoraFile::open(path).unwrap());
     assert_eq!(lora.kind(), kind);
     let (v_base, _) = forward(&dit, &w, case);
-    assert_close(&format!("{case} v_without_lora"), &v_base, &get(&w, &format!("out.{case}.v_without_lora")), TOL);
+    assert_close(
+        &format!("{case} v_without_lora"),
+        &v_base,
+        &get(&w, &format!("out.{case}.v_without_lora")),
+        TOL,
+    );
 
     let mut stack = LoraStack::new();
     stack.push(lora.clone(), 0.7);
     let n = stack.apply(&mut dit).unwrap();
-    assert_eq!(n, lora.modules().filter(|m| m.starts_with("model.")).count());
+    assert_eq!(
+        n,
+        lora.modules().filter(|m| m.starts_with("model.")).count()
+    );
     // Merged weights the reference layers used.
-    for name in w.names().into_iter().filter(|n| n.starts_with(&format!("out.{case}.W_eff.model."))) {
+    for name in w
+        .names()
+        .into_iter()
+        .filter(|n| n.starts_with(&format!("out.{case}.W_eff.model.")))
+    {
         let module = name.trim_start_matches(&format!("out.{case}.W_eff.model."));
-        let lin = dit.linears().into_iter().find(|l| l.path() == module).unwrap();
+        let lin = dit
+            .linears()
+            .into_iter()
+            .find(|l| l.path() == module)
+            .unwrap();
         let want = get(&w, &name);
         let got = lin.weight().reshape(want.shape()).unwrap();
         assert_close(&name, &got, &want, 1e-6);
         assert!(lin.is_merged());
     }
     let (v, hidden) = forward(&dit, &w, case);
-    assert_close(&format!("{case}.v"), &v, &get(&w, &format!("out64.{case}.v")), TOL);
+    assert_close(
+        &format!("{case}.v"),
+        &v,
+        &get(&w, &format!("out64.{case}.v")),
+        TOL,
+    );
     for (i, h) in hidden.iter().enumerate() {
-        assert_close(&format!("{case}.hidden_state_{i}"), h, &get(&w, &format!("out64.{case}.hidden_state_{i}")), TOL);
+        assert_close(
+            &format!("{case}.hidden_state_{i}"),
+            h,
+            &get(&w, &format!("out64.{case}.hidden_state_{i}")),
+            TOL,
+        );
     }
 
     // The duration embedder's LoRA (conditioner side) through the stack's merge.
-    let m = aria_core::WeightLoader::open_checkpoint(fixture(&format!("{folder}/model.safetensors")).unwrap()).unwrap();
+    let m = aria_core::WeightLoader::open_checkpoint(
+        fixture(&format!("{folder}/model.safetensors")).unwrap(),
+    )
+    .unwrap();
     let name = "conditioner.conditioners.seconds_total.embedder.embedding.1";
-    let (lw, lb) = (get(&m, &format!("{name}.weight")), get(&m, &format!("{name}.bias")));
-    let lw = stack.merged_weight("conditioners.seconds_total.embedder.embedding.1", &lw).unwrap().unwrap_or(lw);
-    let secs: Vec<f32> = get(&w, "in.lora.seconds_values").to_vec_f32().unwrap().iter().map(|s| s.clamp(0.0, 384.0) / 384.0).collect();
-    let emb = ops::linear(&aria_dit::dit::timestep_features(&secs, 256).unwrap(), &lw, Some(&lb)).unwrap();
+    let (lw, lb) = (
+        get(&m, &format!("{name}.weight")),
+        get(&m, &format!("{name}.bias")),
+    );
+    let lw = stack
+        .merged_weight("conditioners.seconds_total.embedder.embedding.1", &lw)
+        .unwrap()
+        .unwrap_or(lw);
+    let secs: Vec<f32> = get(&w, "in.lora.seconds_values")
+        .to_vec_f32()
+        .unwrap()
+        .iter()
+        .map(|s| s.clamp(0.0, 384.0) / 384.0)
+        .collect();
+    let emb = ops::linear(
+        &aria_dit::dit::timestep_features(&secs, 256).unwrap(),
+        &lw,
+        Some(&lb),
+    )
+    .unwrap();
     let want = get(&w, &format!("out.{case}.seconds_embedding"));
-    assert_close(&format!("{case}.seconds_embedding"), &emb.reshape(want.shape()).unwrap(), &want, TOL);
+    assert_close(
+        &format!("{case}.seconds_embedding"),
+        &emb.reshape(want.shape()).unwrap(),
+        &want,
+        TOL,
+    );
 
     // Removal restores the base model exactly; base weights were never touched.
     stack.remove(0).unwrap();
@@ -76,40 +132,85 @@ fn case(folder: &str, case: &str, file: &str, kind: AdapterKind) {
 
 #[test]
 fn lora_std_small() {
-    case("sa3-tiny-extra", "lora_std", "lora_std.safetensors", AdapterKind::Lora);
+    case(
+        "sa3-tiny-extra",
+        "lora_std",
+        "lora_std.safetensors",
+        AdapterKind::Lora,
+    );
 }
 
 #[test]
 fn lora_dora_small() {
-    case("sa3-tiny-extra", "lora_dora", "lora_dora.safetensors", AdapterKind::DoraRows);
+    case(
+        "sa3-tiny-extra",
+        "lora_dora",
+        "lora_dora.safetensors",
+        AdapterKind::DoraRows,
+    );
 }
 
 #[test]
 fn lora_std_medium() {
-    case("sa3-tiny-medium", "lora_std", "lora_std.safetensors", AdapterKind::Lora);
+    case(
+        "sa3-tiny-medium",
+        "lora_std",
+        "lora_std.safetensors",
+        AdapterKind::Lora,
+    );
 }
 
 #[test]
 fn lora_dora_medium() {
-    case("sa3-tiny-medium", "lora_dora", "lora_dora.safetensors", AdapterKind::DoraRows);
+    case(
+        "sa3-tiny-medium",
+        "lora_dora",
+        "lora_dora.safetensors",
+        AdapterKind::DoraRows,
+    );
 }
 
 /// Two adapters compose in order; strength 0 of a plain LoRA is the identity; clearing works;
 /// a context prepared before a weight change is refused.
 #[test]
 fn lora_stacking_and_context_invalidation() {
-    let Some((_, mut dit)) = load_dit("sa3-tiny-extra") else { return };
-    let (Some(p1), Some(p2)) = (fixture("sa3-tiny-extra/lora_std.safetensors"), fixture("sa3-tiny-extra/lora_dora.safetensors")) else { return };
-    let (a, b) = (Arc::new(LoraFile::open(p1).unwrap()), Arc::new(LoraFile::open(p2).unwrap()));
+    let Some((_, mut dit)) = load_dit("sa3-tiny-extra") else {
+        return;
+    };
+    let (Some(p1), Some(p2)) = (
+        fixture("sa3-tiny-extra/lora_std.safetensors"),
+        fixture("sa3-tiny-extra/lora_dora.safetensors"),
+    ) else {
+        return;
+    };
+    let (a, b) = (
+        Arc::new(LoraFile::open(p1).unwrap()),
+        Arc::new(LoraFile::open(p2).unwrap()),
+    );
     let module = "transformer.layers.0.self_attn.to_qkv";
-    let base = dit.linears().into_iter().find(|l| l.path() == module).unwrap().base_weight().clone();
+    let base = dit
+        .linears()
+        .into_iter()
+        .find(|l| l.path() == module)
+        .unwrap()
+        .base_weight()
+        .clone();
     let mut stack = LoraStack::new();
     stack.push(a.clone(), 0.5);
     stack.push(b.clone(), 0.7);
     stack.apply(&mut dit).unwrap();
-    let got = dit.linears().into_iter().find(|l| l.path() == module).unwrap().weight().clone();
+    let got = dit
+        .linears()
+        .into_iter()
+        .find(|l| l.path() == module)
+        .unwrap()
+        .weight()
+        .clone();
     let key = format!("model.{module}");
-    let want = b.merge(&key, &a.merge(&key, &base, 0.5).unwrap().unwrap(), 0.7).unwrap().unwrap();
+    let want = b
+        .merge(&key, &a.merge(&key, &base, 0.5).unwrap().unwrap(), 0.7)
+        .unwrap()
+        .unwrap();
     assert_eq!(got.to_vec_f32().unwrap(), want.to_vec_f32().unwrap());
     let zero = a.merge(&key, &base, 0.0).unwrap().unwrap();
     assert_eq!(zero.to_vec_f32().unwrap(), base.to_vec_f32().unwrap());
@@ -117,10 +218,18 @@ fn lora_stacking_and_context_invalidation() {
     let x = Tensor::zeros(&[1, 16, 4], aria_core::DType::F32);
     let c = Tensor::zeros(&[1, 3, 768], aria_core::DType::F32);
     let g = Tensor::zeros(&[1, 768], aria_core::DType::F32);
-    let cond = aria_dit::dit::DitConditioning { cross_attn_cond: &c, global_cond: &g, local_add_cond: None };
+    let cond = aria_dit::dit::DitConditioning {
+        cross_attn_cond: &c,
+        global_cond: &g,
+        local_add_cond: None,
+    };
     let ctx = dit.prepare(&cond, None).unwrap();
     dit.clear_loras().unwrap();
-    assert!(dit.forward_ctx(&x, &[0.5], &ctx, None, &Default::default()).is_err());
+    assert!(dit
+        .forward_ctx(&x, &[0.5], &ctx, None, &Default::default())
+        .is_err());
     let ctx = dit.prepare(&cond, None).unwrap();
-    assert!(dit.forward_ctx(&x, &[0.5], &ctx, None, &Default::default()).is_ok());
+    assert!(dit
+        .forward_ctx(&x, &[0.5], &ctx, None, &Default::default())
+        .is_ok());
 }

@@ -10,11 +10,21 @@ use common::{get, tensors};
 
 #[test]
 fn lengths_match_reference() {
-    let Some(w) = tensors("sa3-tiny-extra/seconds.safetensors") else { return };
-    let p = LengthParams { downsampling_ratio: 256, ..Default::default() };
+    let Some(w) = tensors("sa3-tiny-extra/seconds.safetensors") else {
+        return;
+    };
+    let p = LengthParams {
+        downsampling_ratio: 256,
+        ..Default::default()
+    };
     let vals = get(&w, "in.seconds.values").to_vec_f32().unwrap();
     let int = |n: &str| -> Vec<i64> { w.get_any(n).unwrap().to_vec::<i64>().unwrap() };
-    let (samples, t, leff, lvalid) = (int("out.seconds.adapted_samples"), int("out.seconds.T"), int("out.seconds.L_eff"), int("out.seconds.L_valid"));
+    let (samples, t, leff, lvalid) = (
+        int("out.seconds.adapted_samples"),
+        int("out.seconds.T"),
+        int("out.seconds.L_eff"),
+        int("out.seconds.L_valid"),
+    );
     for (i, &s) in vals.iter().enumerate() {
         // The reference receives the Python float; the fixture stores it as f32.
         let s = s as f64;

@@ -5,7 +5,9 @@
 
 use aria_core::fixtures::{assert_close, fixture, fixture_tensors};
 use aria_core::{DType, Tensor, WeightLoader};
-use aria_dit::conditioner::{latent_mask_nearest, local_add_cond, TextConditioner, CONDITIONER_PREFIX};
+use aria_dit::conditioner::{
+    latent_mask_nearest, local_add_cond, TextConditioner, CONDITIONER_PREFIX,
+};
 use aria_dit::config::ModelConfig;
 use aria_dit::t5gemma::AttnImplementation;
 use aria_dit::tokenizer::TokenBatch;
@@ -27,42 +29,115 @@ fn load(model: &str) -> Option<(TextConditioner, WeightLoader)> {
 }
 
 fn text_groups(model: &str) {
-    let Some((mut cond, _)) = load(model) else { return };
-    let Some(t) = fixture_tensors(&format!("{model}/text.safetensors")) else { return };
+    let Some((mut cond, _)) = load(model) else {
+        return;
+    };
+    let Some(t) = fixture_tensors(&format!("{model}/text.safetensors")) else {
+        return;
+    };
     let t = t.unwrap();
     // prompt_cond.fp32_sdpa: the default (SDPA) path from text to conditioner output.
     let (emb, mask) = cond.encode_prompts(&PROMPTS).unwrap();
-    assert_eq!(mask.to_vec_f32().unwrap(), get(&t, "prompt_cond_mask").to_vec_f32().unwrap());
-    assert_close(&format!("{model} prompt_cond.fp32_sdpa"), &emb, &get(&t, "prompt_cond.fp32_sdpa"), TOL);
-    assert_close(&format!("{model} prompt_cond.default (bf16)"), &emb, &get(&t, "prompt_cond.default"), 2e-2);
+    assert_eq!(
+        mask.to_vec_f32().unwrap(),
+        get(&t, "prompt_cond_mask").to_vec_f32().unwrap()
+    );
+    assert_close(
+        &format!("{model} prompt_cond.fp32_sdpa"),
+        &emb,
+        &get(&t, "prompt_cond.fp32_sdpa"),
+        TOL,
+    );
+    assert_close(
+        &format!("{model} prompt_cond.default (bf16)"),
+        &emb,
+        &get(&t, "prompt_cond.default"),
+        2e-2,
+    );
     // The stored ids give the same thing.
-    let tokens = TokenBatch::from_tensors(&t.get_any("input_ids").unwrap(), &t.get_any("attention_mask").unwrap()).unwrap();
+    let tokens = TokenBatch::from_tensors(
+        &t.get_any("input_ids").unwrap(),
+        &t.get_any("attention_mask").unwrap(),
+    )
+    .unwrap();
     let (emb2, _) = cond.prompt().encode_tokens(&tokens).unwrap();
     assert_close("from stored ids", &emb2, &emb, 0.0);
     // Eager (soft-cap) path.
-    cond.prompt_mut().encoder_mut().set_attn_implementation(AttnImplementation::Eager);
+    cond.prompt_mut()
+        .encoder_mut()
+        .set_attn_implementation(AttnImplementation::Eager);
     let (emb, _) = cond.encode_prompts(&PROMPTS).unwrap();
-    assert_close(&format!("{model} prompt_cond.fp32_eager"), &emb, &get(&t, "prompt_cond.fp32_eager"), TOL);
-    assert_close(&format!("{model} prompt_cond.fp64_eager"), &emb, &get(&t, "prompt_cond.fp64_eager"), TOL);
+    assert_close(
+        &format!("{model} prompt_cond.fp32_eager"),
+        &emb,
+        &get(&t, "prompt_cond.fp32_eager"),
+        TOL,
+    );
+    assert_close(
+        &format!("{model} prompt_cond.fp64_eager"),
+        &emb,
+        &get(&t, "prompt_cond.fp64_eager"),
+        TOL,
+    );
 
     // seconds_total.embedding (values 0, 0.25, 1, 30, 384, 500: the last one clamps).
     let values = get(&t, "seconds_total.values").to_vec_f32().unwrap();
     let e = cond.seconds_embedding(&values).unwrap();
-    assert_close(&format!("{model} seconds_total.embedding"), &e, &get(&t, "seconds_total.embedding"), TOL);
+    assert_close(
+        &format!("{model} seconds_total.embedding"),
+        &e,
+        &get(&t, "seconds_total.embedding"),
+        TOL,
+    );
 
     // cond_inputs.* for prompt 0 and 1 s, built from the stored (bf16 default path) prompt output.
-    let pc = get(&t, "prompt_cond.default").narrow(0, 0, 1).unwrap().contiguous().unwrap();
-    let pm = t.get_any("prompt_cond_mask").unwrap().narrow(0, 0, 1).unwrap().contiguous().unwrap();
+    let pc = get(&t, "prompt_cond.default")
+        .narrow(0, 0, 1)
+        .unwrap()
+        .contiguous()
+        .unwrap();
+    let pm = t
+        .get_any("prompt_cond_mask")
+        .unwrap()
+        .narrow(0, 0, 1)
+        .unwrap()
+        .contiguous()
+        .unwrap();
     let c = cond.conditioning_from_prompt(&pc, &pm, &[1.0]).unwrap();
-    assert_close(&format!("{model} cond_inputs.cross_attn_cond"), &c.cross_attn_cond, &get(&t, "cond_inputs.cross_attn_cond"), TOL);
-    assert_close(&format!("{model} cond_inputs.global_cond"), &c.global_cond, &get(&t, "cond_inputs.global_cond"), TOL);
+    assert_close(
+        &format!("{model} cond_inputs.cross_attn_cond"),
+        &c.cross_attn_cond,
+        &get(&t, "cond_inputs.cross_attn_cond"),
+        TOL,
+    );
+    assert_close(
+        &format!("{model} cond_inputs.global_cond"),
+        &c.global_cond,
+        &get(&t, "cond_inputs.global_cond"),
+        TOL,
+    );
     assert_eq!(c.cross_attn_mask.shape(), &[1, 17]);
-    assert_eq!(c.cross_attn_mask.to_vec_f32().unwrap(), get(&t, "cond_inputs.cross_attn_mask").to_vec_f32().unwrap());
+    assert_eq!(
+        c.cross_attn_mask.to_vec_f32().unwrap(),
+        get(&t, "cond_inputs.cross_attn_mask").to_vec_f32().unwrap()
+    );
     // End to end from text (f32 encoder vs the bf16 default): loose.
-    cond.prompt_mut().encoder_mut().set_attn_implementation(AttnImplementation::Sdpa);
+    cond.prompt_mut()
+        .encoder_mut()
+        .set_attn_implementation(AttnImplementation::Sdpa);
     let c = cond.conditioning(&PROMPTS[..1], &[1.0]).unwrap();
-    assert_close("cond_inputs from text (bf16 ref)", &c.cross_attn_cond, &get(&t, "cond_inputs.cross_attn_cond"), 2e-2);
-    assert_close("global_cond from text", &c.global_cond, &get(&t, "cond_inputs.global_cond"), TOL);
+    assert_close(
+        "cond_inputs from text (bf16 ref)",
+        &c.cross_attn_cond,
+        &get(&t, "cond_inputs.cross_attn_cond"),
+        2e-2,
+    );
+    assert_close(
+        "global_cond from text",
+        &c.global_cond,
+        &get(&t, "cond_inputs.global_cond"),
+        TOL,
+    );
 }
 
 #[test]
@@ -79,21 +154,53 @@ fn text_groups_medium() {
 /// conditioner for a batch of 3.
 #[test]
 fn seconds_clamping() {
-    let Some((cond, _)) = load("sa3-tiny-extra") else { return };
-    let Some(t) = fixture_tensors("sa3-tiny-extra/seconds.safetensors") else { return };
+    let Some((cond, _)) = load("sa3-tiny-extra") else {
+        return;
+    };
+    let Some(t) = fixture_tensors("sa3-tiny-extra/seconds.safetensors") else {
+        return;
+    };
     let t = t.unwrap();
     let values = get(&t, "in.seconds.values").to_vec_f32().unwrap();
     let n = cond.number("seconds_total").unwrap();
     let norm: Vec<f32> = values.iter().map(|&v| n.normalize(v)).collect();
-    assert_eq!(norm, get(&t, "out.seconds.normalized").to_vec_f32().unwrap());
+    assert_eq!(
+        norm,
+        get(&t, "out.seconds.normalized").to_vec_f32().unwrap()
+    );
     let e = cond.seconds_embedding(&values).unwrap();
-    assert_close("seconds embedding", &e, &get(&t, "out.seconds.embedding"), TOL);
-    assert_close("seconds embedding (fp64)", &e, &get(&t, "out64.seconds.embedding"), TOL);
+    assert_close(
+        "seconds embedding",
+        &e,
+        &get(&t, "out.seconds.embedding"),
+        TOL,
+    );
+    assert_close(
+        "seconds embedding (fp64)",
+        &e,
+        &get(&t, "out64.seconds.embedding"),
+        TOL,
+    );
     let mv = get(&t, "in.seconds.multi_values").to_vec_f32().unwrap();
     let c = cond.conditioning(&["x", "x", "x"], &mv).unwrap();
-    assert_close("multi global_cond", &c.global_cond, &get(&t, "out.seconds.multi_global_cond"), TOL);
-    let last = c.cross_attn_cond.narrow(1, 16, 1).unwrap().contiguous().unwrap();
-    assert_close("multi last token", &last, &get(&t, "out.seconds.multi_cross_attn_last_token"), TOL);
+    assert_close(
+        "multi global_cond",
+        &c.global_cond,
+        &get(&t, "out.seconds.multi_global_cond"),
+        TOL,
+    );
+    let last = c
+        .cross_attn_cond
+        .narrow(1, 16, 1)
+        .unwrap()
+        .contiguous()
+        .unwrap();
+    assert_close(
+        "multi last token",
+        &last,
+        &get(&t, "out.seconds.multi_cross_attn_last_token"),
+        TOL,
+    );
     assert!(cond.seconds_embedding(&[f32::NAN]).is_err());
 }
 
@@ -102,16 +209,36 @@ fn seconds_clamping() {
 /// context zeroes the masked positions.
 #[test]
 fn negative_prompt_branch() {
-    let Some((cond, loader)) = load("sa3-tiny-extra") else { return };
-    let Some(t) = fixture_tensors("sa3-tiny-extra/cfg.safetensors") else { return };
+    let Some((cond, loader)) = load("sa3-tiny-extra") else {
+        return;
+    };
+    let Some(t) = fixture_tensors("sa3-tiny-extra/cfg.safetensors") else {
+        return;
+    };
     let t = t.unwrap();
-    let pad = get(&loader, &format!("{CONDITIONER_PREFIX}.prompt.padding_embedding")).to_vec_f32().unwrap();
-    let pos = cond.conditioning(&["lofi house loop", "Amen break 174 BPM"], &[0.1, 0.03]).unwrap();
+    let pad = get(
+        &loader,
+        &format!("{CONDITIONER_PREFIX}.prompt.padding_embedding"),
+    )
+    .to_vec_f32()
+    .unwrap();
+    let pos = cond
+        .conditioning(&["lofi house loop", "Amen break 174 BPM"], &[0.1, 0.03])
+        .unwrap();
     let neg = cond.negative(&["harsh noise", ""], &[0.1, 0.03]).unwrap();
     let want = get(&t, "out.cfg_b2.dit_in.negative_cross_attn_cond");
-    let want_mask = t.get_any("out.cfg_b2.dit_in.negative_cross_attn_mask").unwrap().to_vec_f32().unwrap();
+    let want_mask = t
+        .get_any("out.cfg_b2.dit_in.negative_cross_attn_mask")
+        .unwrap()
+        .to_vec_f32()
+        .unwrap();
     assert_eq!(neg.cross_attn_mask.to_vec_f32().unwrap(), want_mask);
-    assert_close("negative context (bf16 ref)", &neg.cross_attn_cond, &want, 2e-2);
+    assert_close(
+        "negative context (bf16 ref)",
+        &neg.cross_attn_cond,
+        &want,
+        2e-2,
+    );
     let got = neg.cross_attn_cond.to_vec_f32().unwrap();
     let wv = want.to_vec_f32().unwrap();
     let mut pads = 0;
@@ -129,10 +256,24 @@ fn negative_prompt_branch() {
     }
     assert_eq!(pads, 4 + 15);
     // Positive global condition, and the positive context against the stored one (bf16).
-    assert_close("global", &pos.global_cond, &get(&t, "out.cfg_b2.dit_in.global_cond"), TOL);
-    assert_close("positive context (bf16 ref)", &pos.cross_attn_cond, &get(&t, "out.cfg_b2.dit_in.cross_attn_cond"), 2e-2);
+    assert_close(
+        "global",
+        &pos.global_cond,
+        &get(&t, "out.cfg_b2.dit_in.global_cond"),
+        TOL,
+    );
+    assert_close(
+        "positive context (bf16 ref)",
+        &pos.cross_attn_cond,
+        &get(&t, "out.cfg_b2.dit_in.cross_attn_cond"),
+        2e-2,
+    );
     // The unconditional context of CFG.
-    let null = pos.cfg_null_context(Some(&neg)).unwrap().to_vec_f32().unwrap();
+    let null = pos
+        .cfg_null_context(Some(&neg))
+        .unwrap()
+        .to_vec_f32()
+        .unwrap();
     for (j, &m) in want_mask.iter().enumerate() {
         let row = &null[j * 768..(j + 1) * 768];
         if m == 0.0 {
@@ -150,7 +291,9 @@ fn negative_prompt_branch() {
 /// `[mask ; latents · mask]`.
 #[test]
 fn local_add_condition() {
-    let Some(t) = fixture_tensors("sa3-tiny-extra/inpaint.safetensors") else { return };
+    let Some(t) = fixture_tensors("sa3-tiny-extra/inpaint.safetensors") else {
+        return;
+    };
     let t = t.unwrap();
     let samples = get(&t, "out.inpaint.mask_samples").to_vec_f32().unwrap();
     let m = latent_mask_nearest(&samples, 36, 256).unwrap();
@@ -159,9 +302,13 @@ fn local_add_condition() {
     let mask = Tensor::from_vec(m, &[1, 1, 36]).unwrap();
     let masked = aria_core::ops::mul(&lat, &mask).unwrap();
     let l = local_add_cond(1, 16, 36, Some((&mask, &masked))).unwrap();
-    assert_close("local_add_cond", &l, &get(&t, "out.inpaint.dit_in.local_add_cond"), 0.0);
+    assert_close(
+        "local_add_cond",
+        &l,
+        &get(&t, "out.inpaint.dit_in.local_add_cond"),
+        0.0,
+    );
     let z = local_add_cond(2, 16, 36, None).unwrap();
     assert_eq!(z.shape(), &[2, 17, 36]);
     assert!(local_add_cond(1, 15, 36, Some((&mask, &masked))).is_err());
 }
-

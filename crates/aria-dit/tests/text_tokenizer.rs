@@ -34,8 +34,12 @@ fn gemma_tokenizer() -> Option<PathBuf> {
 
 #[test]
 fn gemma_tokenizer_matches_reference_ids() {
-    let Some(tok_path) = gemma_tokenizer() else { return };
-    let Some(cases) = fixture("tokenizer/gemma-audiocaps.jsonl") else { return };
+    let Some(tok_path) = gemma_tokenizer() else {
+        return;
+    };
+    let Some(cases) = fixture("tokenizer/gemma-audiocaps.jsonl") else {
+        return;
+    };
     let tok = PromptTokenizer::from_file(&tok_path, 256).unwrap();
     assert_eq!(tok.pad_id(), 0);
     assert_eq!(tok.vocab_size(), 256_000);
@@ -46,7 +50,12 @@ fn gemma_tokenizer_matches_reference_ids() {
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         let t = v["text"].as_str().unwrap().to_string();
-        let ids: Vec<u32> = v["ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+        let ids: Vec<u32> = v["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect();
         let got = tok.encode(&t).unwrap();
         assert_eq!(got, ids, "ids differ for {t:?}");
         texts.push(t);
@@ -70,25 +79,37 @@ fn gemma_tokenizer_matches_reference_ids() {
             }
         }
     }
-    assert!(expected.iter().any(|ids| ids.len() == 256), "an over-long case is truncated to 256");
+    assert!(
+        expected.iter().any(|ids| ids.len() == 256),
+        "an over-long case is truncated to 256"
+    );
 }
 
 fn stand_in_case(model: &str) {
-    let Some(dir) = fixture(&format!("{model}/t5gemma-b-b-ul2")) else { return };
-    let Some(tensors) = fixture_tensors(&format!("{model}/text.safetensors")) else { return };
+    let Some(dir) = fixture(&format!("{model}/t5gemma-b-b-ul2")) else {
+        return;
+    };
+    let Some(tensors) = fixture_tensors(&format!("{model}/text.safetensors")) else {
+        return;
+    };
     let tensors = tensors.unwrap();
     let ids = tensors.get_any("input_ids").unwrap();
     let mask = tensors.get_any("attention_mask").unwrap();
     let want = TokenBatch::from_tensors(&ids, &mask).unwrap();
     let tok = PromptTokenizer::from_file(dir.join("tokenizer.json"), want.len).unwrap();
-    let got = tok.encode_batch(&["lofi house loop", "Amen break 174 BPM, dusty vinyl drums"]).unwrap();
+    let got = tok
+        .encode_batch(&["lofi house loop", "Amen break 174 BPM, dusty vinyl drums"])
+        .unwrap();
     assert_eq!(got, want);
     // Padding and the mask on a short text: <bos> + 2 bytes, then pads.
     let short = tok.encode_batch(&["ab", ""]).unwrap();
     assert_eq!(&short.row_ids(0)[..4], &[2, 4 + 97, 4 + 98, 0]);
     assert_eq!(&short.row_mask(0)[..4], &[1, 1, 1, 0]);
     assert_eq!(&short.row_ids(1)[..2], &[2, 0]);
-    assert_eq!(short.row_mask(1).iter().map(|&m| m as usize).sum::<usize>(), 1);
+    assert_eq!(
+        short.row_mask(1).iter().map(|&m| m as usize).sum::<usize>(),
+        1
+    );
 }
 
 #[test]

@@ -43,13 +43,25 @@ struct Builder {
 
 impl Builder {
     fn w(&mut self, name: String, shape: &[usize]) {
-        self.out.push(TensorSpec { name, shape: shape.to_vec(), init: Init::Normal(WEIGHT_STD) });
+        self.out.push(TensorSpec {
+            name,
+            shape: shape.to_vec(),
+            init: Init::Normal(WEIGHT_STD),
+        });
     }
     fn c(&mut self, name: String, shape: &[usize], v: f32) {
-        self.out.push(TensorSpec { name, shape: shape.to_vec(), init: Init::Const(v) });
+        self.out.push(TensorSpec {
+            name,
+            shape: shape.to_vec(),
+            init: Init::Const(v),
+        });
     }
     fn inv_freq(&mut self, name: String, n: usize) {
-        self.out.push(TensorSpec { name, shape: vec![n], init: Init::InvFreq });
+        self.out.push(TensorSpec {
+            name,
+            shape: vec![n],
+            init: Init::InvFreq,
+        });
     }
 }
 
@@ -63,17 +75,21 @@ impl<'a> Cfg<'a> {
     fn at(&self, path: &str) -> Result<&'a Value> {
         let mut cur = self.v;
         for k in path.split('/') {
-            cur = cur.get(k).ok_or_else(|| Error::Config(format!("{}: missing key `{path}`", self.what)))?;
+            cur = cur
+                .get(k)
+                .ok_or_else(|| Error::Config(format!("{}: missing key `{path}`", self.what)))?;
         }
         Ok(cur)
     }
     fn usize(&self, path: &str) -> Result<usize> {
         let v = self.at(path)?;
         let first = v.as_array().and_then(|a| a.first()).unwrap_or(v);
-        first
-            .as_u64()
-            .map(|x| x as usize)
-            .ok_or_else(|| Error::Config(format!("{}: `{path}` must be a non-negative integer", self.what)))
+        first.as_u64().map(|x| x as usize).ok_or_else(|| {
+            Error::Config(format!(
+                "{}: `{path}` must be a non-negative integer",
+                self.what
+            ))
+        })
     }
     fn usize_or(&self, path: &str, default: usize) -> Result<usize> {
         if self.at(path).is_ok() {
@@ -83,7 +99,10 @@ impl<'a> Cfg<'a> {
         }
     }
     fn bool_or(&self, path: &str, default: bool) -> bool {
-        self.at(path).ok().and_then(Value::as_bool).unwrap_or(default)
+        self.at(path)
+            .ok()
+            .and_then(Value::as_bool)
+            .unwrap_or(default)
     }
 }
 
@@ -91,7 +110,10 @@ impl<'a> Cfg<'a> {
 /// DiT (`model.model.*`), conditioner (`conditioner.conditioners.*`) and SAME autoencoder
 /// (`pretransform.model.*`), sorted by name.
 pub fn sa3_layout(config: &Value) -> Result<Vec<TensorSpec>> {
-    let cfg = Cfg { v: config, what: "model_config.json" };
+    let cfg = Cfg {
+        v: config,
+        what: "model_config.json",
+    };
     let mut b = Builder { out: Vec::new() };
     dit_layout(&cfg, &mut b)?;
     conditioner_layout(&cfg, &mut b)?;
@@ -114,7 +136,9 @@ fn dit_layout(cfg: &Cfg<'_>, b: &mut Builder) -> Result<()> {
     let mult = cfg.usize_or(&format!("{d}ff_kwargs/mult"), 4)?;
     let diff = cfg.bool_or(&format!("{d}attn_kwargs/differential"), false);
     if heads == 0 || e % heads != 0 {
-        return Err(Error::Config(format!("model_config.json: embed_dim {e} is not a multiple of num_heads {heads}")));
+        return Err(Error::Config(format!(
+            "model_config.json: embed_dim {e} is not a multiple of num_heads {heads}"
+        )));
     }
     let hd = e / heads;
     let rot = (hd / 2).max(32);
@@ -140,7 +164,11 @@ fn dit_layout(cfg: &Cfg<'_>, b: &mut Builder) -> Result<()> {
     b.c(p("transformer.global_cond_embedder.0.bias"), &[e], 0.0);
     b.w(p("transformer.global_cond_embedder.2.weight"), &[6 * e, e]);
     b.c(p("transformer.global_cond_embedder.2.bias"), &[6 * e], 0.0);
-    let (qkv, q, kv) = if diff { (5 * e, 2 * e, 3 * e) } else { (3 * e, e, 2 * e) };
+    let (qkv, q, kv) = if diff {
+        (5 * e, 2 * e, 3 * e)
+    } else {
+        (3 * e, e, 2 * e)
+    };
     for i in 0..depth {
         let l = |s: &str| format!("model.model.transformer.layers.{i}.{s}");
         b.c(l("pre_norm.gamma"), &[e], 1.0);
@@ -175,10 +203,15 @@ fn conditioner_layout(cfg: &Cfg<'_>, b: &mut Builder) -> Result<()> {
     let entries = cfg
         .at("model/conditioning/configs")?
         .as_array()
-        .ok_or_else(|| Error::Config("model_config.json: `model/conditioning/configs` must be a list".into()))?;
+        .ok_or_else(|| {
+            Error::Config("model_config.json: `model/conditioning/configs` must be a list".into())
+        })?;
     for entry in entries {
         let id = entry.get("id").and_then(Value::as_str).unwrap_or_default();
-        let kind = entry.get("type").and_then(Value::as_str).unwrap_or_default();
+        let kind = entry
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         let p = |s: &str| format!("conditioner.conditioners.{id}.{s}");
         match kind {
             "t5gemma" => b.w(p("padding_embedding"), &[cond_dim]),
@@ -187,7 +220,9 @@ fn conditioner_layout(cfg: &Cfg<'_>, b: &mut Builder) -> Result<()> {
                 b.c(p("embedder.embedding.1.bias"), &[cond_dim], 0.0);
             }
             other => {
-                return Err(Error::Config(format!("model_config.json: conditioner `{id}` has unsupported type `{other}`")))
+                return Err(Error::Config(format!(
+                    "model_config.json: conditioner `{id}` has unsupported type `{other}`"
+                )))
             }
         }
     }
@@ -209,7 +244,9 @@ fn same_side(cfg: &Cfg<'_>, side: &str, io_key: &str) -> Result<SameSide> {
     let channels = cfg.usize(&format!("{c}channels"))?;
     let mult = cfg.usize(&format!("{c}c_mults"))?;
     if !cfg.bool_or(&format!("{c}dyt"), true) {
-        return Err(Error::Config(format!("model_config.json: `{c}dyt` = false is not supported (SA3 uses DyT)")));
+        return Err(Error::Config(format!(
+            "model_config.json: `{c}dyt` = false is not supported (SA3 uses DyT)"
+        )));
     }
     Ok(SameSide {
         io: cfg.usize(&format!("{c}{io_key}"))?,
@@ -217,7 +254,11 @@ fn same_side(cfg: &Cfg<'_>, side: &str, io_key: &str) -> Result<SameSide> {
         depth: cfg.usize(&format!("{c}transformer_depths"))?,
         latent: cfg.usize(&format!("{c}latent_dim"))?,
         head_dim: cfg.usize_or(&format!("{c}dim_heads"), 64)?,
-        kernel: if cfg.bool_or(&format!("{c}conv_mapping"), false) { 3 } else { 1 },
+        kernel: if cfg.bool_or(&format!("{c}conv_mapping"), false) {
+            3
+        } else {
+            1
+        },
         differential: cfg.bool_or(&format!("{c}differential"), true),
     })
 }
@@ -252,7 +293,10 @@ fn same_layout(cfg: &Cfg<'_>, b: &mut Builder) -> Result<()> {
     let m = "pretransform.model";
     let e0 = format!("{m}.encoder.layers.0");
     b.c(format!("{e0}.mapping.weight_g"), &[enc.d, 1, 1], 1.0);
-    b.w(format!("{e0}.mapping.weight_v"), &[enc.d, enc.io, enc.kernel]);
+    b.w(
+        format!("{e0}.mapping.weight_v"),
+        &[enc.d, enc.io, enc.kernel],
+    );
     b.c(format!("{e0}.mapping.bias"), &[enc.d], 0.0);
     b.w(format!("{e0}.new_tokens"), &[1, 1, enc.d]);
     for j in 0..enc.depth {
@@ -268,12 +312,22 @@ fn same_layout(cfg: &Cfg<'_>, b: &mut Builder) -> Result<()> {
         same_block(b, &format!("{d3}.transformers.{j}"), &dec);
     }
     b.c(format!("{d3}.mapping.weight_g"), &[dec.io, 1, 1], 1.0);
-    b.w(format!("{d3}.mapping.weight_v"), &[dec.io, dec.d, dec.kernel]);
+    b.w(
+        format!("{d3}.mapping.weight_v"),
+        &[dec.io, dec.d, dec.kernel],
+    );
     b.c(format!("{d3}.mapping.bias"), &[dec.io], 0.0);
-    let lat = cfg.usize_or("model/pretransform/config/bottleneck/config/dim", dec.latent)?;
+    let lat = cfg.usize_or(
+        "model/pretransform/config/bottleneck/config/dim",
+        dec.latent,
+    )?;
     b.c(format!("{m}.bottleneck.scaling_factor"), &[1, lat, 1], 1.0);
     b.c(format!("{m}.bottleneck.bias"), &[1, lat, 1], 0.0);
-    b.c(format!("{m}.bottleneck.noise_scaling_factor"), &[1, 0, 1], 0.0);
+    b.c(
+        format!("{m}.bottleneck.noise_scaling_factor"),
+        &[1, 0, 1],
+        0.0,
+    );
     b.c(format!("{m}.bottleneck.running_std"), &[1], 1.0);
     Ok(())
 }
@@ -281,7 +335,10 @@ fn same_layout(cfg: &Cfg<'_>, b: &mut Builder) -> Result<()> {
 /// The encoder tensors of a T5Gemma `model.safetensors` for the `config.json` value `config`
 /// (keys `encoder.*`, as in the bundled text-encoder folder), sorted by name.
 pub fn t5_layout(config: &Value) -> Result<Vec<TensorSpec>> {
-    let cfg = Cfg { v: config, what: "t5gemma config.json" };
+    let cfg = Cfg {
+        v: config,
+        what: "t5gemma config.json",
+    };
     let vocab = cfg.usize("encoder/vocab_size")?;
     let h = cfg.usize("encoder/hidden_size")?;
     let layers = cfg.usize("encoder/num_hidden_layers")?;

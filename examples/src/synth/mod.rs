@@ -54,7 +54,9 @@ pub fn write_model(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<SynthSummary> {
     if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
-        return Err(Error::Input(format!("synthetic checkpoints are f32, f16 or bf16, not {dtype}")));
+        return Err(Error::Input(format!(
+            "synthetic checkpoints are f32, f16 or bf16, not {dtype}"
+        )));
     }
     let t5_dir = dir.join(T5_FOLDER);
     std::fs::create_dir_all(&t5_dir).map_err(|e| Error::io(&t5_dir, e))?;
@@ -63,14 +65,21 @@ pub fn write_model(
     let t5_config = preset.t5_config();
     write_json(&t5_dir.join("config.json"), &t5_config)?;
     write_json(&t5_dir.join("tokenizer.json"), &stand_in_tokenizer())?;
-    write_json(&t5_dir.join("tokenizer_config.json"), &stand_in_tokenizer_config(256))?;
+    write_json(
+        &t5_dir.join("tokenizer_config.json"),
+        &stand_in_tokenizer_config(256),
+    )?;
     let specs = sa3_layout(&config)?;
     let t5_specs = t5_layout(&t5_config)?;
     let t5_total = safetensors_size(&t5_specs, DType::BF16)?;
     let total = safetensors_size(&specs, dtype)? + t5_total;
-    let bytes = write_safetensors(&dir.join("model.safetensors"), &specs, dtype, seed, &mut |b| {
-        progress(b, total)
-    })?;
+    let bytes = write_safetensors(
+        &dir.join("model.safetensors"),
+        &specs,
+        dtype,
+        seed,
+        &mut |b| progress(b, total),
+    )?;
     let t5_bytes = write_safetensors(
         &t5_dir.join("model.safetensors"),
         &t5_specs,
@@ -105,7 +114,8 @@ fn header(specs: &[TensorSpec], dtype: DType) -> Result<Vec<u8>> {
         );
         off += n;
     }
-    let mut h = serde_json::to_vec(&Value::Object(map)).map_err(|e| Error::Config(e.to_string()))?;
+    let mut h =
+        serde_json::to_vec(&Value::Object(map)).map_err(|e| Error::Config(e.to_string()))?;
     while h.len() % 8 != 0 {
         h.push(b' ');
     }
@@ -132,7 +142,10 @@ pub fn write_safetensors(
     let mut w = std::io::BufWriter::with_capacity(8 << 20, file);
     let h = header(specs, dtype)?;
     let mut written = 0u64;
-    let put = |w: &mut std::io::BufWriter<std::fs::File>, written: &mut u64, bytes: &[u8]| -> Result<()> {
+    let put = |w: &mut std::io::BufWriter<std::fs::File>,
+               written: &mut u64,
+               bytes: &[u8]|
+     -> Result<()> {
         w.write_all(bytes).map_err(|e| Error::io(path, e))?;
         *written += bytes.len() as u64;
         Ok(())
@@ -164,11 +177,15 @@ pub fn write_safetensors(
             }
             bytes.clear();
             match dtype {
-                DType::F16 => chunk.iter().for_each(|v| bytes.extend_from_slice(&half::f16::from_f32(*v).to_le_bytes())),
-                DType::BF16 => {
-                    chunk.iter().for_each(|v| bytes.extend_from_slice(&half::bf16::from_f32(*v).to_le_bytes()))
-                }
-                _ => chunk.iter().for_each(|v| bytes.extend_from_slice(&v.to_le_bytes())),
+                DType::F16 => chunk
+                    .iter()
+                    .for_each(|v| bytes.extend_from_slice(&half::f16::from_f32(*v).to_le_bytes())),
+                DType::BF16 => chunk
+                    .iter()
+                    .for_each(|v| bytes.extend_from_slice(&half::bf16::from_f32(*v).to_le_bytes())),
+                _ => chunk
+                    .iter()
+                    .for_each(|v| bytes.extend_from_slice(&v.to_le_bytes())),
             }
             put(&mut w, &mut written, &bytes)?;
             done += m;
@@ -184,7 +201,10 @@ mod tests {
     use super::*;
 
     fn count(specs: &[TensorSpec], prefix: &str) -> (usize, usize) {
-        let v: Vec<_> = specs.iter().filter(|s| s.name.starts_with(prefix)).collect();
+        let v: Vec<_> = specs
+            .iter()
+            .filter(|s| s.name.starts_with(prefix))
+            .collect();
         (v.len(), v.iter().map(|s| s.numel()).sum())
     }
 
@@ -196,7 +216,10 @@ mod tests {
         assert_eq!(count(&specs, "pretransform.model."), (244, 108_244_721));
         assert_eq!(count(&specs, "conditioner.conditioners."), (3, 198_144));
         assert_eq!(specs, sa3_layout(&Preset::SmallSfx.model_config()).unwrap());
-        let noise = specs.iter().find(|s| s.name.ends_with("noise_scaling_factor")).unwrap();
+        let noise = specs
+            .iter()
+            .find(|s| s.name.ends_with("noise_scaling_factor"))
+            .unwrap();
         assert_eq!(noise.shape, vec![1, 0, 1]);
     }
 
@@ -215,7 +238,10 @@ mod tests {
     fn t5_layout_has_134_encoder_tensors() {
         let specs = t5_layout(&Preset::SmallMusic.t5_config()).unwrap();
         assert_eq!(specs.len(), 134);
-        let emb = specs.iter().find(|s| s.name == "encoder.embed_tokens.weight").unwrap();
+        let emb = specs
+            .iter()
+            .find(|s| s.name == "encoder.embed_tokens.weight")
+            .unwrap();
         assert_eq!(emb.shape, vec![256_000, 768]);
     }
 
@@ -235,19 +261,37 @@ mod tests {
         let s = write_model(&dir, Preset::Tiny, DType::F32, 1, &mut |_, _| {}).unwrap();
         let l = aria_core::WeightLoader::open(&[dir.join("model.safetensors")]).unwrap();
         assert_eq!(l.names().len(), s.tensors);
-        let inv = l.get_any("model.model.transformer.rotary_pos_emb.inv_freq").unwrap().to_vec_f32().unwrap();
+        let inv = l
+            .get_any("model.model.transformer.rotary_pos_emb.inv_freq")
+            .unwrap()
+            .to_vec_f32()
+            .unwrap();
         assert_eq!(inv.len(), 16);
         assert!((inv[1] - 1.0 / 10000f32.powf(2.0 / 32.0)).abs() < 1e-7);
-        let g = l.get_any("pretransform.model.bottleneck.running_std").unwrap().to_vec_f32().unwrap();
+        let g = l
+            .get_any("pretransform.model.bottleneck.running_std")
+            .unwrap()
+            .to_vec_f32()
+            .unwrap();
         assert_eq!(g, vec![1.0]);
-        let e = l.get_any("pretransform.model.bottleneck.noise_scaling_factor").unwrap();
+        let e = l
+            .get_any("pretransform.model.bottleneck.noise_scaling_factor")
+            .unwrap();
         assert_eq!(e.shape(), &[1, 0, 1]);
-        let w = l.get_any("model.model.to_cond_embed.0.weight").unwrap().to_vec_f32().unwrap();
+        let w = l
+            .get_any("model.model.to_cond_embed.0.weight")
+            .unwrap()
+            .to_vec_f32()
+            .unwrap();
         let std = (w.iter().map(|v| v * v).sum::<f32>() / w.len() as f32).sqrt();
         assert!((std - WEIGHT_STD).abs() < 0.002, "std {std}");
-        let t5 = aria_core::WeightLoader::open(&[dir.join(T5_FOLDER).join("model.safetensors")]).unwrap();
+        let t5 = aria_core::WeightLoader::open(&[dir.join(T5_FOLDER).join("model.safetensors")])
+            .unwrap();
         assert_eq!(t5.names().len(), s.t5_tensors);
-        assert_eq!(t5.get_any("encoder.norm.weight").unwrap().dtype(), DType::BF16);
+        assert_eq!(
+            t5.get_any("encoder.norm.weight").unwrap().dtype(),
+            DType::BF16
+        );
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -150,7 +150,13 @@ impl Preset {
             _ => (12, 12, 2048, 256_000),
         };
         let layer_types: Vec<&str> = (0..layers)
-            .map(|i| if i % 2 == 0 { "sliding_attention" } else { "full_attention" })
+            .map(|i| {
+                if i % 2 == 0 {
+                    "sliding_attention"
+                } else {
+                    "full_attention"
+                }
+            })
             .collect();
         let side = |decoder: bool| {
             let mut v = json!({
@@ -301,7 +307,8 @@ pub fn stand_in_tokenizer_config(max_length: usize) -> Value {
 /// The GPT-2 byte-to-unicode table used by the byte-level pre-tokenizer: entry `b` is the
 /// character that stands for byte `b`.
 fn byte_to_unicode() -> Vec<char> {
-    let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+    let printable =
+        |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
     let mut n = 0u32;
     (0u32..256)
         .map(|b| {

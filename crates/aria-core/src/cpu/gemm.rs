@@ -1,5 +1,6 @@
 //! Packed, blocked matrix product `C[M, N] = A[M, K] · B[K, N]` on top of the per-ISA
-//! micro-kernel `gemm_tile` (MR × NR register tile, NR = [`panel_width`] of the path, see [`super::scalar::gemm_tile`]).
+//! micro-kernel `gemm_tile` (an MR × NR register tile, NR = [`panel_width`] of the path; see
+//! [`super::scalar::gemm_tile`]).
 //!
 //! B comes from a [`BSrc`]: rows of a `[N, K]` weight in f32/f16/bf16 (possibly memory-mapped and
 //! unaligned; converted to f32 while packing), a row-major `[K, N]` f32 matrix, or the implicit

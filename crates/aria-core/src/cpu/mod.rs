@@ -1,5 +1,6 @@
 //! CPU kernels: a scalar reference and runtime-dispatched SIMD paths (AVX2/FMA on x86-64, NEON on
-//! aarch64), one file per ISA with the same function names.
+//! aarch64), one file per ISA with the same function names. On x86-64 CPUs with AVX-512F an extra
+//! path runs the matrix micro-kernel on 512-bit registers (other kernels are the AVX2 ones).
 //!
 //! [`Isa::detect`] picks the best path once per process; [`Isa::available`] lists every path this
 //! machine can run, which the tests use to check each against [`scalar`]. [`with_isa`] runs a

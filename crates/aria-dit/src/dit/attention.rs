@@ -46,7 +46,15 @@ impl SelfAttention {
         let d = e / heads.max(1);
         let chunks = if differential { 5 } else { 3 };
         Ok(SelfAttention {
-            to_qkv: Linear::load(vb, "to_qkv", &format!("{path}.to_qkv"), chunks * e, e, false, false)?,
+            to_qkv: Linear::load(
+                vb,
+                "to_qkv",
+                &format!("{path}.to_qkv"),
+                chunks * e,
+                e,
+                false,
+                false,
+            )?,
             to_out: Linear::load(vb, "to_out", &format!("{path}.to_out"), e, e, false, false)?,
             q_gamma: load_gamma(vb, "q_norm", d)?,
             k_gamma: load_gamma(vb, "k_norm", d)?,
@@ -57,7 +65,12 @@ impl SelfAttention {
     }
 
     /// `u [B, N, E]` → `[B, N, E]`.
-    pub(crate) fn forward(&self, u: &Tensor, rope: &Rope, mask: Option<&SelfMask<'_>>) -> Result<Tensor> {
+    pub(crate) fn forward(
+        &self,
+        u: &Tensor,
+        rope: &Rope,
+        mask: Option<&SelfMask<'_>>,
+    ) -> Result<Tensor> {
         let (b, n) = (u.shape()[0], u.shape()[1]);
         let (h, d) = (self.heads, self.head_dim);
         let e = h * d;
@@ -126,7 +139,15 @@ impl CrossAttention {
         let (qc, kvc) = if differential { (2, 3) } else { (1, 2) };
         Ok(CrossAttention {
             to_q: Linear::load(vb, "to_q", &format!("{path}.to_q"), qc * e, e, false, false)?,
-            to_kv: Linear::load(vb, "to_kv", &format!("{path}.to_kv"), kvc * e, e, false, false)?,
+            to_kv: Linear::load(
+                vb,
+                "to_kv",
+                &format!("{path}.to_kv"),
+                kvc * e,
+                e,
+                false,
+                false,
+            )?,
             to_out: Linear::load(vb, "to_out", &format!("{path}.to_out"), e, e, false, false)?,
             q_gamma: load_gamma(vb, "q_norm", d)?,
             k_gamma: load_gamma(vb, "k_norm", d)?,
@@ -150,7 +171,11 @@ impl CrossAttention {
             Ok(head_view(&Tensor::from_vec(v, &[b, nc, e])?, 0, e, h)?.contiguous()?)
         };
         let k = prep(0)?;
-        let (k_diff, v_col) = if self.differential { (Some(prep(e)?), 2 * e) } else { (None, e) };
+        let (k_diff, v_col) = if self.differential {
+            (Some(prep(e)?), 2 * e)
+        } else {
+            (None, e)
+        };
         let v = head_view(&kv, v_col, e, h)?.contiguous()?;
         Ok(CrossKv { k, k_diff, v })
     }

@@ -6,7 +6,9 @@ use aria_core::ops::{self, GluAct};
 use aria_core::{Tensor, WeightLoader};
 
 use super::attention::{CrossAttention, CrossKv, SelfAttention, SelfMask};
-use super::layers::{f32s, gated_residual_add, rms_norm_modulate, Linear, Mlp, Modulation, Rope, BLOCK_NORM_EPS};
+use super::layers::{
+    f32s, gated_residual_add, rms_norm_modulate, Linear, Mlp, Modulation, Rope, BLOCK_NORM_EPS,
+};
 use crate::Result;
 
 /// `transformer.layers.{i}`.
@@ -47,23 +49,69 @@ impl Block {
         local_dim: usize,
         differential: bool,
     ) -> Result<Self> {
-        let g = |name: &str| -> Result<Vec<f32>> { Ok(vb.get(&format!("{name}.gamma"), &[e])?.to_vec_f32()?) };
+        let g = |name: &str| -> Result<Vec<f32>> {
+            Ok(vb.get(&format!("{name}.gamma"), &[e])?.to_vec_f32()?)
+        };
         let to_local_embed = if local_dim > 0 {
             Some(Mlp {
-                l0: Linear::load(vb, "to_local_embed.0", &format!("{path}.to_local_embed.0"), e, local_dim, true, false)?,
-                l2: Linear::load(vb, "to_local_embed.2", &format!("{path}.to_local_embed.2"), e, e, true, false)?,
+                l0: Linear::load(
+                    vb,
+                    "to_local_embed.0",
+                    &format!("{path}.to_local_embed.0"),
+                    e,
+                    local_dim,
+                    true,
+                    false,
+                )?,
+                l2: Linear::load(
+                    vb,
+                    "to_local_embed.2",
+                    &format!("{path}.to_local_embed.2"),
+                    e,
+                    e,
+                    true,
+                    false,
+                )?,
             })
         } else {
             None
         };
         Ok(Block {
             pre_norm: g("pre_norm")?,
-            self_attn: SelfAttention::load(&vb.pp("self_attn"), &format!("{path}.self_attn"), e, heads, differential)?,
+            self_attn: SelfAttention::load(
+                &vb.pp("self_attn"),
+                &format!("{path}.self_attn"),
+                e,
+                heads,
+                differential,
+            )?,
             cross_norm: g("cross_attend_norm")?,
-            cross_attn: CrossAttention::load(&vb.pp("cross_attn"), &format!("{path}.cross_attn"), e, heads, differential)?,
+            cross_attn: CrossAttention::load(
+                &vb.pp("cross_attn"),
+                &format!("{path}.cross_attn"),
+                e,
+                heads,
+                differential,
+            )?,
             ff_norm: g("ff_norm")?,
-            ff0: Linear::load(vb, "ff.ff.0.proj", &format!("{path}.ff.ff.0.proj"), 2 * ff_inner, e, true, false)?,
-            ff2: Linear::load(vb, "ff.ff.2", &format!("{path}.ff.ff.2"), e, ff_inner, true, false)?,
+            ff0: Linear::load(
+                vb,
+                "ff.ff.0.proj",
+                &format!("{path}.ff.ff.0.proj"),
+                2 * ff_inner,
+                e,
+                true,
+                false,
+            )?,
+            ff2: Linear::load(
+                vb,
+                "ff.ff.2",
+                &format!("{path}.ff.ff.2"),
+                e,
+                ff_inner,
+                true,
+                false,
+            )?,
             scale_shift_gate: vb.get("to_scale_shift_gate", &[6 * e])?.to_vec_f32()?,
             to_local_embed,
             e,
@@ -72,11 +120,20 @@ impl Block {
 
     /// The local embedding `λ = W₂·silu(W₁·ℓ + b₁) + b₂` of `ℓ [B, T, Dl]` → `[B, T, E]`.
     pub(crate) fn local_embed(&self, l: &Tensor) -> Result<Option<Tensor>> {
-        self.to_local_embed.as_ref().map(|m| m.forward(l)).transpose()
+        self.to_local_embed
+            .as_ref()
+            .map(|m| m.forward(l))
+            .transpose()
     }
 
     /// Update the residual stream `h [B, N, E]` in place.
-    pub(crate) fn forward(&self, h: &mut [f32], b: usize, n: usize, inp: &BlockInputs<'_>) -> Result<()> {
+    pub(crate) fn forward(
+        &self,
+        h: &mut [f32],
+        b: usize,
+        n: usize,
+        inp: &BlockInputs<'_>,
+    ) -> Result<()> {
         let e = self.e;
         // (scale, shift, gate) × (self, ff) from to_scale_shift_gate + ada, per batch row.
         let mut parts: [Vec<f32>; 6] = Default::default();
@@ -88,19 +145,30 @@ impl Block {
                 part.extend(a.iter().zip(s).map(|(a, s)| s + a));
             }
         }
-        let gate = |g: &[f32]| -> Vec<f32> { g.iter().map(|&v| 1.0 / (1.0 + (-(1.0 - v)).exp())).collect() };
+        let gate = |g: &[f32]| -> Vec<f32> {
+            g.iter()
+                .map(|&v| 1.0 / (1.0 + (-(1.0 - v)).exp()))
+                .collect()
+        };
         let (gate_self, gate_ff) = (gate(&parts[2]), gate(&parts[5]));
         let shape = [b, n, e];
 
         // Self-attention with adaLN.
-        let m = Modulation { scale: &parts[0], shift: &parts[1] };
+        let m = Modulation {
+            scale: &parts[0],
+            shift: &parts[1],
+        };
         let u = rms_norm_modulate(h, e, n, &self.pre_norm, BLOCK_NORM_EPS, Some(&m));
-        let a = self.self_attn.forward(&Tensor::from_vec(u, &shape)?, inp.rope, inp.mask)?;
+        let a = self
+            .self_attn
+            .forward(&Tensor::from_vec(u, &shape)?, inp.rope, inp.mask)?;
         gated_residual_add(h, &f32s(&a)?, e, n, Some(&gate_self), None);
 
         // Cross-attention, no modulation, no gate.
         let u = rms_norm_modulate(h, e, n, &self.cross_norm, BLOCK_NORM_EPS, None);
-        let c = self.cross_attn.forward(&Tensor::from_vec(u, &shape)?, inp.cross)?;
+        let c = self
+            .cross_attn
+            .forward(&Tensor::from_vec(u, &shape)?, inp.cross)?;
         gated_residual_add(h, &f32s(&c)?, e, n, None, None);
 
         // Local conditioning on the last T tokens (memory tokens get nothing).
@@ -115,7 +183,10 @@ impl Block {
         }
 
         // Feed-forward with adaLN.
-        let m = Modulation { scale: &parts[3], shift: &parts[4] };
+        let m = Modulation {
+            scale: &parts[3],
+            shift: &parts[4],
+        };
         let u = rms_norm_modulate(h, e, n, &self.ff_norm, BLOCK_NORM_EPS, Some(&m));
         let f = self.ff0.forward(&Tensor::from_vec(u, &shape)?)?;
         let f = self.ff2.forward(&ops::glu(&f, GluAct::Silu)?)?;

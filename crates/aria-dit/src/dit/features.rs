@@ -44,7 +44,10 @@ pub fn timestep_features(values: &[f32], dim: usize) -> Result<Tensor> {
     let (lmin, lmax) = (0.5f64.ln(), 10000f64.ln());
     let span = (lmax - lmin) as f32;
     let lmin = lmin as f32;
-    let freqs: Vec<f32> = linspace_f32_fma(0.0, 1.0, half).into_iter().map(|r| (r * span + lmin).exp()).collect();
+    let freqs: Vec<f32> = linspace_f32_fma(0.0, 1.0, half)
+        .into_iter()
+        .map(|r| (r * span + lmin).exp())
+        .collect();
     let pi = std::f64::consts::PI as f32;
     let mut out = vec![0f32; values.len() * dim];
     for (row, &v) in out.chunks_exact_mut(dim).zip(values) {

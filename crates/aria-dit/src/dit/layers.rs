@@ -48,11 +48,29 @@ impl Linear {
         bias: bool,
         conv: bool,
     ) -> Result<Self> {
-        let stored_shape = if conv { vec![out_dim, in_dim, 1] } else { vec![out_dim, in_dim] };
+        let stored_shape = if conv {
+            vec![out_dim, in_dim, 1]
+        } else {
+            vec![out_dim, in_dim]
+        };
         let w = vb.get(&format!("{name}.weight"), &stored_shape)?;
-        let base = if conv { w.reshape(&[out_dim, in_dim])? } else { w };
-        let bias = if bias { Some(vb.get(&format!("{name}.bias"), &[out_dim])?) } else { None };
-        Ok(Linear { path: path.to_string(), base, merged: None, bias, stored_shape })
+        let base = if conv {
+            w.reshape(&[out_dim, in_dim])?
+        } else {
+            w
+        };
+        let bias = if bias {
+            Some(vb.get(&format!("{name}.bias"), &[out_dim])?)
+        } else {
+            None
+        };
+        Ok(Linear {
+            path: path.to_string(),
+            base,
+            merged: None,
+            bias,
+            stored_shape,
+        })
     }
 
     /// The module path (relative to the DiT root, as in LoRA files after `model.`).
@@ -125,8 +143,24 @@ impl Mlp {
         bias: bool,
     ) -> Result<Self> {
         Ok(Mlp {
-            l0: Linear::load(vb, &format!("{name}.0"), &format!("{path}.0"), hidden, in_dim, bias, false)?,
-            l2: Linear::load(vb, &format!("{name}.2"), &format!("{path}.2"), out_dim, hidden, bias, false)?,
+            l0: Linear::load(
+                vb,
+                &format!("{name}.0"),
+                &format!("{path}.0"),
+                hidden,
+                in_dim,
+                bias,
+                false,
+            )?,
+            l2: Linear::load(
+                vb,
+                &format!("{name}.2"),
+                &format!("{path}.2"),
+                out_dim,
+                hidden,
+                bias,
+                false,
+            )?,
         })
     }
 
@@ -156,26 +190,29 @@ pub(crate) fn rms_norm_modulate(
     if e == 0 {
         return out;
     }
-    out.par_chunks_mut(e).zip(x.par_chunks(e)).enumerate().for_each(|(row, (o, xr))| {
-        let ms = xr.iter().map(|v| v * v).sum::<f32>() / e as f32;
-        let inv = 1.0 / (ms + eps).sqrt();
-        match modulation {
-            Some(m) => {
-                let b = row / n.max(1);
-                let sc = &m.scale[b * e..(b + 1) * e];
-                let sh = &m.shift[b * e..(b + 1) * e];
-                for i in 0..e {
-                    let y = xr[i] * inv * gamma[i];
-                    o[i] = y * (1.0 + sc[i]) + sh[i];
+    out.par_chunks_mut(e)
+        .zip(x.par_chunks(e))
+        .enumerate()
+        .for_each(|(row, (o, xr))| {
+            let ms = xr.iter().map(|v| v * v).sum::<f32>() / e as f32;
+            let inv = 1.0 / (ms + eps).sqrt();
+            match modulation {
+                Some(m) => {
+                    let b = row / n.max(1);
+                    let sc = &m.scale[b * e..(b + 1) * e];
+                    let sh = &m.shift[b * e..(b + 1) * e];
+                    for i in 0..e {
+                        let y = xr[i] * inv * gamma[i];
+                        o[i] = y * (1.0 + sc[i]) + sh[i];
+                    }
+                }
+                None => {
+                    for i in 0..e {
+                        o[i] = xr[i] * inv * gamma[i];
+                    }
                 }
             }
-            None => {
-                for i in 0..e {
-                    o[i] = xr[i] * inv * gamma[i];
-                }
-            }
-        }
-    });
+        });
     out
 }
 
@@ -192,25 +229,28 @@ pub(crate) fn gated_residual_add(
     if e == 0 {
         return;
     }
-    h.par_chunks_mut(e).zip(u.par_chunks(e)).enumerate().for_each(|(row, (hr, ur))| {
-        if skip.is_some_and(|s| s[row]) {
-            return;
-        }
-        match gate {
-            Some(g) => {
-                let b = row / n.max(1);
-                let gr = &g[b * e..(b + 1) * e];
-                for i in 0..e {
-                    hr[i] += ur[i] * gr[i];
+    h.par_chunks_mut(e)
+        .zip(u.par_chunks(e))
+        .enumerate()
+        .for_each(|(row, (hr, ur))| {
+            if skip.is_some_and(|s| s[row]) {
+                return;
+            }
+            match gate {
+                Some(g) => {
+                    let b = row / n.max(1);
+                    let gr = &g[b * e..(b + 1) * e];
+                    for i in 0..e {
+                        hr[i] += ur[i] * gr[i];
+                    }
+                }
+                None => {
+                    for i in 0..e {
+                        hr[i] += ur[i];
+                    }
                 }
             }
-            None => {
-                for i in 0..e {
-                    hr[i] += ur[i];
-                }
-            }
-        }
-    });
+        });
 }
 
 /// RoPE tables for the rotated head dims: `cos`, `sin` `[n, r]`.
@@ -234,7 +274,7 @@ pub(crate) fn head_norm_rope(
     gamma: &[f32],
     rope: Option<&Rope>,
 ) -> Vec<f32> {
-    let rows = if width == 0 { 0 } else { src.len() / width };
+    let rows = src.len().checked_div(width).unwrap_or(0);
     let mut out = vec![0f32; rows * e];
     if e == 0 || d == 0 {
         return out;
@@ -343,11 +383,17 @@ mod tests {
         // B=1, n=3, two heads of d=4, rope on 2 dims; compare with rms_norm + rope from ops.
         let (n, h, d) = (3usize, 2usize, 4usize);
         let e = h * d;
-        let src: Vec<f32> = (0..n * 2 * e).map(|i| ((i * 7 % 11) as f32 - 5.0) * 0.3).collect();
+        let src: Vec<f32> = (0..n * 2 * e)
+            .map(|i| ((i * 7 % 11) as f32 - 5.0) * 0.3)
+            .collect();
         let gamma = vec![0.5f32, 1.0, 1.5, 2.0];
         let inv = Tensor::from_vec(vec![0.25f32], &[1])?;
         let (c, s) = ops::rope_tables(&inv, n)?;
-        let rope = Rope { cos: c.to_vec_f32()?, sin: s.to_vec_f32()?, r: 2 };
+        let rope = Rope {
+            cos: c.to_vec_f32()?,
+            sin: s.to_vec_f32()?,
+            r: 2,
+        };
         let got = head_norm_rope(&src, 2 * e, e, e, d, n, &gamma, Some(&rope));
         let t = Tensor::from_vec(src, &[1, n, 2 * e])?;
         let v = head_view(&t, e, e, h)?; // [1, h, n, d]
@@ -362,11 +408,20 @@ mod tests {
     #[test]
     fn transpose_and_merge() {
         let x: Vec<f32> = (0..6).map(|v| v as f32).collect();
-        assert_eq!(transpose_last2(&x, 1, 2, 3), vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+        assert_eq!(
+            transpose_last2(&x, 1, 2, 3),
+            vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]
+        );
         // a [1, 2 heads, 1 token, 2]
         let a = vec![1.0, 2.0, 3.0, 4.0];
         let s = vec![0.5, 0.5, 0.5, 0.5];
-        assert_eq!(merge_heads(&a, Some(&s), 1, 2, 1, 2, None), vec![0.5, 1.5, 2.5, 3.5]);
-        assert_eq!(merge_heads(&a, None, 1, 2, 1, 2, Some(&[true])), vec![0.0; 4]);
+        assert_eq!(
+            merge_heads(&a, Some(&s), 1, 2, 1, 2, None),
+            vec![0.5, 1.5, 2.5, 3.5]
+        );
+        assert_eq!(
+            merge_heads(&a, None, 1, 2, 1, 2, Some(&[true])),
+            vec![0.0; 4]
+        );
     }
 }

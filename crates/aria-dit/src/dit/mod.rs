@@ -116,7 +116,10 @@ pub struct Dit {
 }
 
 fn input_err(what: &str, reason: String) -> DitError {
-    DitError::Input { what: what.to_string(), reason }
+    DitError::Input {
+        what: what.to_string(),
+        reason,
+    }
 }
 
 impl Dit {
@@ -124,46 +127,106 @@ impl Dit {
     /// checkpoint); key names are those of the official file.
     pub fn load(cfg: &DitConfig, vb: &WeightLoader) -> Result<Self> {
         if cfg.global_cond_type != "adaLN" {
-            return Err(input_err("DitConfig.global_cond_type", format!("`{}` is not supported (adaLN only)", cfg.global_cond_type)));
+            return Err(input_err(
+                "DitConfig.global_cond_type",
+                format!("`{}` is not supported (adaLN only)", cfg.global_cond_type),
+            ));
         }
         if cfg.patch_size != 1 {
-            return Err(input_err("DitConfig.patch_size", format!("{} is not supported (1 only)", cfg.patch_size)));
+            return Err(input_err(
+                "DitConfig.patch_size",
+                format!("{} is not supported (1 only)", cfg.patch_size),
+            ));
         }
         let e = cfg.embed_dim;
         if cfg.num_heads == 0 || e % cfg.num_heads != 0 {
-            return Err(input_err("DitConfig.num_heads", format!("{} does not divide embed_dim {e}", cfg.num_heads)));
+            return Err(input_err(
+                "DitConfig.num_heads",
+                format!("{} does not divide embed_dim {e}", cfg.num_heads),
+            ));
         }
         if let Some(q) = &cfg.attn_kwargs.qk_norm {
             if q != "rms" {
-                return Err(input_err("DitConfig.attn_kwargs.qk_norm", format!("`{q}` is not supported (rms only)")));
+                return Err(input_err(
+                    "DitConfig.attn_kwargs.qk_norm",
+                    format!("`{q}` is not supported (rms only)"),
+                ));
             }
         }
         let io = cfg.io_channels;
         let tr = vb.pp("transformer");
         let conv = |name: &str| Linear::load(vb, name, name, io, io, false, true);
-        let lin = |vb: &WeightLoader, name: &str, path: &str, o: usize, i: usize| Linear::load(vb, name, path, o, i, false, false);
+        let lin = |vb: &WeightLoader, name: &str, path: &str, o: usize, i: usize| {
+            Linear::load(vb, name, path, o, i, false, false)
+        };
         let d = cfg.head_dim();
         let inv_freq = tr.get_any("rotary_pos_emb.inv_freq")?;
         let rot = 2 * inv_freq.elem_count();
         if inv_freq.rank() != 1 || rot > d || rot % 2 != 0 {
-            return Err(input_err("transformer.rotary_pos_emb.inv_freq", format!("shape {:?} does not fit head dim {d}", inv_freq.shape())));
+            return Err(input_err(
+                "transformer.rotary_pos_emb.inv_freq",
+                format!("shape {:?} does not fit head dim {d}", inv_freq.shape()),
+            ));
         }
         let m = cfg.num_memory_tokens;
-        let memory = if m > 0 { tr.get("memory_tokens", &[m, e])?.to_vec_f32()? } else { Vec::new() };
+        let memory = if m > 0 {
+            tr.get("memory_tokens", &[m, e])?.to_vec_f32()?
+        } else {
+            Vec::new()
+        };
         let ff_inner = cfg.ff_kwargs.mult * e;
         let blocks = (0..cfg.depth)
             .map(|i| {
                 let path = format!("transformer.layers.{i}");
-                Block::load(&tr.pp(format!("layers.{i}")), &path, e, cfg.num_heads, ff_inner, cfg.local_add_cond_dim, cfg.attn_kwargs.differential)
+                Block::load(
+                    &tr.pp(format!("layers.{i}")),
+                    &path,
+                    e,
+                    cfg.num_heads,
+                    ff_inner,
+                    cfg.local_add_cond_dim,
+                    cfg.attn_kwargs.differential,
+                )
             })
             .collect::<Result<Vec<_>>>()?;
-        let global_cond_embedder =
-            Mlp::load(&tr, "global_cond_embedder", "transformer.global_cond_embedder", e, e, 6 * e, true)?;
+        let global_cond_embedder = Mlp::load(
+            &tr,
+            "global_cond_embedder",
+            "transformer.global_cond_embedder",
+            e,
+            e,
+            6 * e,
+            true,
+        )?;
         Ok(Dit {
             cfg: cfg.clone(),
-            to_timestep_embed: Mlp::load(vb, "to_timestep_embed", "to_timestep_embed", cfg.timestep_features_dim, e, e, true)?,
-            to_cond_embed: Mlp::load(vb, "to_cond_embed", "to_cond_embed", cfg.cond_token_dim, e, e, false)?,
-            to_global_embed: Mlp::load(vb, "to_global_embed", "to_global_embed", cfg.global_cond_dim, e, e, false)?,
+            to_timestep_embed: Mlp::load(
+                vb,
+                "to_timestep_embed",
+                "to_timestep_embed",
+                cfg.timestep_features_dim,
+                e,
+                e,
+                true,
+            )?,
+            to_cond_embed: Mlp::load(
+                vb,
+                "to_cond_embed",
+                "to_cond_embed",
+                cfg.cond_token_dim,
+                e,
+                e,
+                false,
+            )?,
+            to_global_embed: Mlp::load(
+                vb,
+                "to_global_embed",
+                "to_global_embed",
+                cfg.global_cond_dim,
+                e,
+                e,
+                false,
+            )?,
             preprocess_conv: conv("preprocess_conv")?,
             postprocess_conv: conv("postprocess_conv")?,
             project_in: lin(&tr, "project_in", "transformer.project_in", e, io)?,
@@ -198,7 +261,15 @@ impl Dit {
             &self.global_cond_embedder.l2,
         ];
         for b in &self.blocks {
-            v.extend([&b.self_attn.to_qkv, &b.self_attn.to_out, &b.cross_attn.to_q, &b.cross_attn.to_kv, &b.cross_attn.to_out, &b.ff0, &b.ff2]);
+            v.extend([
+                &b.self_attn.to_qkv,
+                &b.self_attn.to_out,
+                &b.cross_attn.to_q,
+                &b.cross_attn.to_kv,
+                &b.cross_attn.to_out,
+                &b.ff0,
+                &b.ff2,
+            ]);
             if let Some(m) = &b.to_local_embed {
                 v.extend([&m.l0, &m.l2]);
             }
@@ -247,43 +318,85 @@ impl Dit {
     /// Compute the conditioning-dependent state once: the text-conditioning hook
     /// ([`HookSite::TextConditioning`]), the projected context and every layer's cross-attention
     /// keys/values, the projected global condition and every layer's local embedding.
-    pub fn prepare(&self, cond: &DitConditioning<'_>, hook: Option<&dyn ActivationHook>) -> Result<DitContext> {
+    pub fn prepare(
+        &self,
+        cond: &DitConditioning<'_>,
+        hook: Option<&dyn ActivationHook>,
+    ) -> Result<DitContext> {
         aria_core::threads::install(|| self.prepare_inner(cond, hook))
     }
 
-    fn prepare_inner(&self, cond: &DitConditioning<'_>, hook: Option<&dyn ActivationHook>) -> Result<DitContext> {
+    fn prepare_inner(
+        &self,
+        cond: &DitConditioning<'_>,
+        hook: Option<&dyn ActivationHook>,
+    ) -> Result<DitContext> {
         let c = cond.cross_attn_cond;
         let g = cond.global_cond;
         let cs = c.shape();
         if cs.len() != 3 || cs[2] != self.cfg.cond_token_dim {
-            return Err(input_err("cross_attn_cond", format!("shape {cs:?}, expected [B, N, {}]", self.cfg.cond_token_dim)));
+            return Err(input_err(
+                "cross_attn_cond",
+                format!("shape {cs:?}, expected [B, N, {}]", self.cfg.cond_token_dim),
+            ));
         }
         let b = cs[0];
         if g.shape() != [b, self.cfg.global_cond_dim] {
-            return Err(input_err("global_cond", format!("shape {:?}, expected [{b}, {}]", g.shape(), self.cfg.global_cond_dim)));
+            return Err(input_err(
+                "global_cond",
+                format!(
+                    "shape {:?}, expected [{b}, {}]",
+                    g.shape(),
+                    self.cfg.global_cond_dim
+                ),
+            ));
         }
-        let c = run_hook(hook, &HookContext::new(HookSite::TextConditioning), c.clone())?;
+        let c = run_hook(
+            hook,
+            &HookContext::new(HookSite::TextConditioning),
+            c.clone(),
+        )?;
         let ctx_tokens = self.to_cond_embed.forward(&c)?;
-        let cross = self.blocks.iter().map(|bl| bl.cross_attn.prepare(&ctx_tokens)).collect::<Result<Vec<_>>>()?;
+        let cross = self
+            .blocks
+            .iter()
+            .map(|bl| bl.cross_attn.prepare(&ctx_tokens))
+            .collect::<Result<Vec<_>>>()?;
         let global = self.to_global_embed.forward(g)?;
         let local = match cond.local_add_cond {
             Some(l) if self.cfg.local_add_cond_dim > 0 => {
                 let ls = l.shape();
                 if ls.len() != 3 || ls[0] != b || ls[1] != self.cfg.local_add_cond_dim {
-                    return Err(input_err("local_add_cond", format!("shape {ls:?}, expected [{b}, {}, T]", self.cfg.local_add_cond_dim)));
+                    return Err(input_err(
+                        "local_add_cond",
+                        format!(
+                            "shape {ls:?}, expected [{b}, {}, T]",
+                            self.cfg.local_add_cond_dim
+                        ),
+                    ));
                 }
                 let t = ls[2];
                 let lt = Tensor::from_vec(transpose_last2(&f32s(l)?, b, ls[1], t), &[b, t, ls[1]])?;
                 let per_layer = self
                     .blocks
                     .iter()
-                    .map(|bl| bl.local_embed(&lt)?.ok_or_else(|| input_err("local_add_cond", "a layer has no to_local_embed".into())))
+                    .map(|bl| {
+                        bl.local_embed(&lt)?.ok_or_else(|| {
+                            input_err("local_add_cond", "a layer has no to_local_embed".into())
+                        })
+                    })
                     .collect::<Result<Vec<_>>>()?;
                 Some((t, per_layer))
             }
             _ => None,
         };
-        Ok(DitContext { batch: b, version: self.version, global, cross, local })
+        Ok(DitContext {
+            batch: b,
+            version: self.version,
+            global,
+            cross,
+            local,
+        })
     }
 
     /// One evaluation with a prepared context: `x [B, C, T]`, `t` (one value per batch row),
@@ -307,21 +420,41 @@ impl Dit {
         padding_mask: Option<&Tensor>,
         opts: &ForwardOptions<'_>,
     ) -> Result<DitOutput> {
-        let (io, e, m) = (self.cfg.io_channels, self.cfg.embed_dim, self.cfg.num_memory_tokens);
+        let (io, e, m) = (
+            self.cfg.io_channels,
+            self.cfg.embed_dim,
+            self.cfg.num_memory_tokens,
+        );
         let xs = x.shape();
         if xs.len() != 3 || xs[1] != io {
-            return Err(input_err("x", format!("shape {xs:?}, expected [B, {io}, T]")));
+            return Err(input_err(
+                "x",
+                format!("shape {xs:?}, expected [B, {io}, T]"),
+            ));
         }
         let (b, tl) = (xs[0], xs[2]);
         if ctx.version != self.version {
-            return Err(input_err("DitContext", "prepared before the weights changed (LoRA); prepare it again".into()));
+            return Err(input_err(
+                "DitContext",
+                "prepared before the weights changed (LoRA); prepare it again".into(),
+            ));
         }
         if ctx.batch != b || t.len() != b {
-            return Err(input_err("x / t", format!("batch {b}, t has {} values, context prepared for {}", t.len(), ctx.batch)));
+            return Err(input_err(
+                "x / t",
+                format!(
+                    "batch {b}, t has {} values, context prepared for {}",
+                    t.len(),
+                    ctx.batch
+                ),
+            ));
         }
         if let Some(lt) = ctx.local_len() {
             if lt != tl {
-                return Err(input_err("local_add_cond", format!("length {lt} differs from x's {tl}")));
+                return Err(input_err(
+                    "local_add_cond",
+                    format!("length {lt} differs from x's {tl}"),
+                ));
             }
         }
         let n = m + tl;
@@ -347,13 +480,20 @@ impl Dit {
         }
 
         let (cos, sin) = ops::rope_tables(&self.inv_freq, n)?;
-        let rope = Rope { cos: cos.to_vec_f32()?, sin: sin.to_vec_f32()?, r: cos.shape()[1] };
+        let rope = Rope {
+            cos: cos.to_vec_f32()?,
+            sin: sin.to_vec_f32()?,
+            r: cos.shape()[1],
+        };
 
         // Extended padding mask (memory tokens valid).
         let ext = match padding_mask {
             Some(pm) => {
                 if pm.shape() != [b, tl] {
-                    return Err(input_err("padding_mask", format!("shape {:?}, expected [{b}, {tl}]", pm.shape())));
+                    return Err(input_err(
+                        "padding_mask",
+                        format!("shape {:?}, expected [{b}, {tl}]", pm.shape()),
+                    ));
                 }
                 let pv = pm.to_vec_f32()?;
                 let mut valid = vec![true; b * n];
@@ -368,13 +508,22 @@ impl Dit {
         };
         let key_mask = ext
             .as_ref()
-            .map(|v| Tensor::from_vec(v.iter().map(|&x| if x { 1f32 } else { 0.0 }).collect(), &[b, n]))
+            .map(|v| {
+                Tensor::from_vec(
+                    v.iter().map(|&x| if x { 1f32 } else { 0.0 }).collect(),
+                    &[b, n],
+                )
+            })
             .transpose()?;
         let invalid: Option<Vec<bool>> = match (&ext, opts.mask_mode) {
             (Some(v), KeyMaskMode::Exclude) => Some(v.iter().map(|x| !x).collect()),
             _ => None,
         };
-        let self_mask = key_mask.as_ref().map(|km| SelfMask { key_mask: km, mode: opts.mask_mode, zero_rows: invalid.as_deref() });
+        let self_mask = key_mask.as_ref().map(|km| SelfMask {
+            key_mask: km,
+            mode: opts.mask_mode,
+            zero_rows: invalid.as_deref(),
+        });
 
         let mut hidden = Vec::new();
         for (i, block) in self.blocks.iter().enumerate() {
@@ -399,7 +548,11 @@ impl Dit {
                     token_mask: key_mask.as_ref(),
                     guidance_rows: opts.guidance_rows,
                 };
-                let ht = run_hook(Some(hk), &hctx, Tensor::from_vec(std::mem::take(&mut h), &[b, n, e])?)?;
+                let ht = run_hook(
+                    Some(hk),
+                    &hctx,
+                    Tensor::from_vec(std::mem::take(&mut h), &[b, n, e])?,
+                )?;
                 h = ht.to_vec_f32()?;
             }
             if opts.collect_hidden {
@@ -410,9 +563,12 @@ impl Dit {
         // Drop memory tokens, project out, post-conv residual, back to [B, C, T].
         let mut ht = vec![0f32; b * tl * e];
         for bi in 0..b {
-            ht[bi * tl * e..(bi + 1) * tl * e].copy_from_slice(&h[(bi * n + m) * e..(bi + 1) * n * e]);
+            ht[bi * tl * e..(bi + 1) * tl * e]
+                .copy_from_slice(&h[(bi * n + m) * e..(bi + 1) * n * e]);
         }
-        let y = self.project_out.forward(&Tensor::from_vec(ht, &[b, tl, e])?)?;
+        let y = self
+            .project_out
+            .forward(&Tensor::from_vec(ht, &[b, tl, e])?)?;
         let post = self.postprocess_conv.forward(&y)?;
         let out = ops::add(&post, &y)?;
         let v = Tensor::from_vec(transpose_last2(&f32s(&out)?, b, tl, io), &[b, io, tl])?;
@@ -431,9 +587,21 @@ impl Dit {
         local_add_cond: Option<&Tensor>,
         padding_mask: Option<&Tensor>,
     ) -> Result<Tensor> {
-        let cond = DitConditioning { cross_attn_cond, global_cond, local_add_cond };
+        let cond = DitConditioning {
+            cross_attn_cond,
+            global_cond,
+            local_add_cond,
+        };
         let ctx = self.prepare(&cond, None)?;
-        Ok(self.forward_ctx(x, &t.to_vec_f32()?, &ctx, padding_mask, &ForwardOptions::default())?.v)
+        Ok(self
+            .forward_ctx(
+                x,
+                &t.to_vec_f32()?,
+                &ctx,
+                padding_mask,
+                &ForwardOptions::default(),
+            )?
+            .v)
     }
 
     /// [`Dit::forward`] that also returns the hidden state after every block (`[B, M+T, E]`).
@@ -446,9 +614,16 @@ impl Dit {
         local_add_cond: Option<&Tensor>,
         padding_mask: Option<&Tensor>,
     ) -> Result<(Tensor, Vec<Tensor>)> {
-        let cond = DitConditioning { cross_attn_cond, global_cond, local_add_cond };
+        let cond = DitConditioning {
+            cross_attn_cond,
+            global_cond,
+            local_add_cond,
+        };
         let ctx = self.prepare(&cond, None)?;
-        let opts = ForwardOptions { collect_hidden: true, ..Default::default() };
+        let opts = ForwardOptions {
+            collect_hidden: true,
+            ..Default::default()
+        };
         let out = self.forward_ctx(x, &t.to_vec_f32()?, &ctx, padding_mask, &opts)?;
         Ok((out.v, out.hidden))
     }

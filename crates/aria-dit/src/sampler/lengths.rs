@@ -68,7 +68,8 @@ impl LengthParams {
 
     /// `int(headroom·sr / ratio)` latents.
     pub fn headroom_latents(&self) -> i64 {
-        (self.headroom_seconds * self.sample_rate as f64 / self.downsampling_ratio.max(1) as f64) as i64
+        (self.headroom_seconds * self.sample_rate as f64 / self.downsampling_ratio.max(1) as f64)
+            as i64
     }
 
     /// `L_valid = min(L_eff + headroom, T)` (≤ 0: every position padded).
@@ -78,7 +79,10 @@ impl LengthParams {
 
     /// Schedule sequence lengths per item: `max(L_eff, 1)`.
     pub fn schedule_lens(&self, seconds: &[f64]) -> Vec<f32> {
-        seconds.iter().map(|&s| self.effective_len(s).max(1) as f32).collect()
+        seconds
+            .iter()
+            .map(|&s| self.effective_len(s).max(1) as f32)
+            .collect()
     }
 
     /// The attention padding mask `[B, T]` (u8, 1 = valid) for the given durations.

@@ -42,7 +42,10 @@ impl SamplerKind {
         match objective {
             "rf_denoiser" => Ok(SamplerKind::PingPong),
             "rectified_flow" => Ok(SamplerKind::Euler),
-            o => Err(DitError::Input { what: "diffusion_objective".into(), reason: format!("`{o}` is not supported") }),
+            o => Err(DitError::Input {
+                what: "diffusion_objective".into(),
+                reason: format!("`{o}` is not supported"),
+            }),
         }
     }
 }
@@ -90,7 +93,11 @@ pub struct SampleOptions<'a> {
 
 fn axpby(a: &[f32], x: &[f32], b: &[f32], y: &[f32], per: usize) -> Vec<f32> {
     // out = a[item]·x + b[item]·y
-    x.iter().zip(y).enumerate().map(|(i, (x, y))| a[i / per] * x + b[i / per] * y).collect()
+    x.iter()
+        .zip(y)
+        .enumerate()
+        .map(|(i, (x, y))| a[i / per] * x + b[i / per] * y)
+        .collect()
 }
 
 /// Run `kind` over `schedule` from `x` (initial noise, the init-audio mix, or the state at
@@ -103,15 +110,25 @@ pub fn sample(
     noise: &mut dyn NoiseSource,
     opts: SampleOptions<'_>,
 ) -> Result<Tensor> {
-    let SampleOptions { start_step, hook, mut callback } = opts;
+    let SampleOptions {
+        start_step,
+        hook,
+        mut callback,
+    } = opts;
     let shape = x.shape().to_vec();
     if shape.len() != 3 {
-        return Err(DitError::Input { what: "x".into(), reason: format!("shape {shape:?}, expected [B, C, T]") });
+        return Err(DitError::Input {
+            what: "x".into(),
+            reason: format!("shape {shape:?}, expected [B, C, T]"),
+        });
     }
     let (b, per) = (shape[0], shape[1] * shape[2]);
     let steps = schedule.steps();
     if start_step > steps {
-        return Err(DitError::Input { what: "start_step".into(), reason: format!("{start_step} > {steps} steps") });
+        return Err(DitError::Input {
+            what: "start_step".into(),
+            reason: format!("{start_step} > {steps} steps"),
+        });
     }
     let mut x = x.contiguous()?;
     for i in start_step..steps {
@@ -119,15 +136,29 @@ pub fn sample(
         let tn = schedule.at(i + 1, b)?;
         let v = model.velocity(&x, &t, i)?;
         if v.shape() != shape.as_slice() {
-            return Err(DitError::Input { what: "velocity".into(), reason: format!("shape {:?}, expected {shape:?}", v.shape()) });
+            return Err(DitError::Input {
+                what: "velocity".into(),
+                reason: format!("shape {:?}, expected {shape:?}", v.shape()),
+            });
         }
         let xv = x.to_vec_f32()?;
         let vv = v.to_vec_f32()?;
         // x̂₀ = x − t·v
-        let den: Vec<f32> = xv.iter().zip(&vv).enumerate().map(|(k, (x, v))| x - t[k / per] * v).collect();
+        let den: Vec<f32> = xv
+            .iter()
+            .zip(&vv)
+            .enumerate()
+            .map(|(k, (x, v))| x - t[k / per] * v)
+            .collect();
         let denoised = Tensor::from_vec(den, &shape)?;
         if let Some(cb) = callback.as_mut() {
-            let info = StepInfo { step: i, steps, sigma: &t, x: &x, denoised: &denoised };
+            let info = StepInfo {
+                step: i,
+                steps,
+                sigma: &t,
+                x: &x,
+                denoised: &denoised,
+            };
             if cb(&info) == StepControl::Cancel {
                 return Err(DitError::Cancelled { step: i });
             }
@@ -140,12 +171,20 @@ pub fn sample(
             }
             SamplerKind::Euler => {
                 let dt: Vec<f32> = tn.iter().zip(&t).map(|(a, b)| a - b).collect();
-                xv.iter().zip(&vv).enumerate().map(|(k, (x, v))| x + dt[k / per] * v).collect()
+                xv.iter()
+                    .zip(&vv)
+                    .enumerate()
+                    .map(|(k, (x, v))| x + dt[k / per] * v)
+                    .collect()
             }
         };
         x = Tensor::from_vec(next, &shape)?;
         if hook.is_some() {
-            let ctx = HookContext { step: Some(i), sigma: Some(&tn), ..HookContext::new(HookSite::Latent) };
+            let ctx = HookContext {
+                step: Some(i),
+                sigma: Some(&tn),
+                ..HookContext::new(HookSite::Latent)
+            };
             x = run_hook(hook, &ctx, x)?;
         }
     }
@@ -184,7 +223,13 @@ pub struct GuidedDit<'a> {
 }
 
 fn cat0(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    Ok(Tensor::cat(&[&a.to_dtype(aria_core::DType::F32)?, &b.to_dtype(aria_core::DType::F32)?], 0)?)
+    Ok(Tensor::cat(
+        &[
+            &a.to_dtype(aria_core::DType::F32)?,
+            &b.to_dtype(aria_core::DType::F32)?,
+        ],
+        0,
+    )?)
 }
 
 impl<'a> GuidedDit<'a> {
@@ -200,20 +245,30 @@ impl<'a> GuidedDit<'a> {
         let g = opts.guidance;
         let needs_guided = g.cfg_scale != 1.0;
         let needs_single = !needs_guided || g.cfg_interval.0 > 0.0 || g.cfg_interval.1 < 1.0;
-        let single = if needs_single { Some(dit.prepare(cond, opts.hook)?) } else { None };
+        let single = if needs_single {
+            Some(dit.prepare(cond, opts.hook)?)
+        } else {
+            None
+        };
         let guided = if needs_guided {
             let c = cond.cross_attn_cond.to_dtype(aria_core::DType::F32)?;
             let uncond = match negative {
                 Some(n) => {
                     let nc = n.cross_attn_cond.to_dtype(aria_core::DType::F32)?;
                     if nc.shape() != c.shape() {
-                        return Err(DitError::Input { what: "negative cross_attn_cond".into(), reason: format!("shape {:?}, expected {:?}", nc.shape(), c.shape()) });
+                        return Err(DitError::Input {
+                            what: "negative cross_attn_cond".into(),
+                            reason: format!("shape {:?}, expected {:?}", nc.shape(), c.shape()),
+                        });
                     }
                     match n.cross_attn_mask {
                         Some(m) => {
                             let (bb, nn, dd) = (c.shape()[0], c.shape()[1], c.shape()[2]);
                             if m.shape() != [bb, nn] {
-                                return Err(DitError::Input { what: "negative cross_attn_mask".into(), reason: format!("shape {:?}, expected [{bb}, {nn}]", m.shape()) });
+                                return Err(DitError::Input {
+                                    what: "negative cross_attn_mask".into(),
+                                    reason: format!("shape {:?}, expected [{bb}, {nn}]", m.shape()),
+                                });
                             }
                             let mv = m.to_vec_f32()?;
                             let mut v = nc.to_vec_f32()?;
@@ -232,13 +287,29 @@ impl<'a> GuidedDit<'a> {
             let cross = cat0(&c, &uncond)?;
             let global = cat0(cond.global_cond, cond.global_cond)?;
             let local = cond.local_add_cond.map(|l| cat0(l, l)).transpose()?;
-            let dc = DitConditioning { cross_attn_cond: &cross, global_cond: &global, local_add_cond: local.as_ref() };
+            let dc = DitConditioning {
+                cross_attn_cond: &cross,
+                global_cond: &global,
+                local_add_cond: local.as_ref(),
+            };
             Some(dit.prepare(&dc, opts.hook)?)
         } else {
             None
         };
-        let mask_bool = padding_mask.map(|m| m.to_vec_f32().map(|v| v.iter().map(|x| *x != 0.0).collect())).transpose()?;
-        Ok(GuidedDit { dit, single, guided, padding_mask: padding_mask.cloned(), mask_bool, opts })
+        let mask_bool = padding_mask
+            .map(|m| {
+                m.to_vec_f32()
+                    .map(|v| v.iter().map(|x| *x != 0.0).collect())
+            })
+            .transpose()?;
+        Ok(GuidedDit {
+            dit,
+            single,
+            guided,
+            padding_mask: padding_mask.cloned(),
+            mask_bool,
+            opts,
+        })
     }
 }
 
@@ -246,24 +317,46 @@ impl VelocityModel for GuidedDit<'_> {
     fn velocity(&self, x: &Tensor, sigma: &[f32], step: usize) -> Result<Tensor> {
         let g = self.opts.guidance;
         let first = sigma.first().copied().unwrap_or(0.0);
-        let fo = ForwardOptions { mask_mode: self.opts.mask_mode, hook: self.opts.hook, step: Some(step), ..Default::default() };
+        let fo = ForwardOptions {
+            mask_mode: self.opts.mask_mode,
+            hook: self.opts.hook,
+            step: Some(step),
+            ..Default::default()
+        };
         match (&self.guided, g.active_at(first)) {
             (Some(ctx), true) => {
                 let b = x.shape()[0];
                 let x2 = cat0(x, x)?;
                 let t2: Vec<f32> = sigma.iter().chain(sigma).copied().collect();
                 let pm2 = self.padding_mask.as_ref().map(|m| cat0(m, m)).transpose()?;
-                let fo = ForwardOptions { guidance_rows: Some(b), ..fo };
+                let fo = ForwardOptions {
+                    guidance_rows: Some(b),
+                    ..fo
+                };
                 let v = self.dit.forward_ctx(&x2, &t2, ctx, pm2.as_ref(), &fo)?.v;
                 let vv = v.as_slice::<f32>()?;
                 let half = vv.len() / 2;
                 let s = x.shape();
-                let out = guided_velocity(&x.to_vec_f32()?, &vv[..half], &vv[half..], sigma, [s[0], s[1], s[2]], self.mask_bool.as_deref(), &g)?;
+                let out = guided_velocity(
+                    &x.to_vec_f32()?,
+                    &vv[..half],
+                    &vv[half..],
+                    sigma,
+                    [s[0], s[1], s[2]],
+                    self.mask_bool.as_deref(),
+                    &g,
+                )?;
                 Ok(Tensor::from_vec(out, s)?)
             }
             _ => {
-                let ctx = self.single.as_ref().ok_or_else(|| DitError::Input { what: "GuidedDit".into(), reason: "no unguided context".into() })?;
-                Ok(self.dit.forward_ctx(x, sigma, ctx, self.padding_mask.as_ref(), &fo)?.v)
+                let ctx = self.single.as_ref().ok_or_else(|| DitError::Input {
+                    what: "GuidedDit".into(),
+                    reason: "no unguided context".into(),
+                })?;
+                Ok(self
+                    .dit
+                    .forward_ctx(x, sigma, ctx, self.padding_mask.as_ref(), &fo)?
+                    .v)
             }
         }
     }

@@ -30,7 +30,10 @@ pub struct GaussianNoise {
 impl GaussianNoise {
     /// A generator for `seed`.
     pub fn new(seed: u64) -> Self {
-        GaussianNoise { state: seed, spare: None }
+        GaussianNoise {
+            state: seed,
+            spare: None,
+        }
     }
 
     fn next_u64(&mut self) -> u64 {
@@ -74,7 +77,10 @@ pub struct ReplayNoise {
 impl ReplayNoise {
     /// Replay `draws` in order.
     pub fn new(draws: Vec<Tensor>) -> Self {
-        ReplayNoise { draws: draws.into(), used: 0 }
+        ReplayNoise {
+            draws: draws.into(),
+            used: 0,
+        }
     }
 
     /// Draws not yet used.
@@ -86,9 +92,15 @@ impl ReplayNoise {
 impl NoiseSource for ReplayNoise {
     fn next(&mut self, shape: &[usize]) -> Result<Tensor> {
         let what = || format!("replayed noise draw {}", self.used);
-        let t = self.draws.pop_front().ok_or_else(|| DitError::Input { what: what(), reason: "no draws left".into() })?;
+        let t = self.draws.pop_front().ok_or_else(|| DitError::Input {
+            what: what(),
+            reason: "no draws left".into(),
+        })?;
         if t.shape() != shape {
-            return Err(DitError::Input { what: what(), reason: format!("shape {:?}, requested {shape:?}", t.shape()) });
+            return Err(DitError::Input {
+                what: what(),
+                reason: format!("shape {:?}, requested {shape:?}", t.shape()),
+            });
         }
         self.used += 1;
         Ok(t)
@@ -101,14 +113,29 @@ mod tests {
 
     #[test]
     fn seeded_noise_is_reproducible_and_normal() {
-        let a = GaussianNoise::new(7).next(&[4096]).unwrap().to_vec_f32().unwrap();
-        let b = GaussianNoise::new(7).next(&[4096]).unwrap().to_vec_f32().unwrap();
-        let c = GaussianNoise::new(8).next(&[4096]).unwrap().to_vec_f32().unwrap();
+        let a = GaussianNoise::new(7)
+            .next(&[4096])
+            .unwrap()
+            .to_vec_f32()
+            .unwrap();
+        let b = GaussianNoise::new(7)
+            .next(&[4096])
+            .unwrap()
+            .to_vec_f32()
+            .unwrap();
+        let c = GaussianNoise::new(8)
+            .next(&[4096])
+            .unwrap()
+            .to_vec_f32()
+            .unwrap();
         assert_eq!(a, b);
         assert_ne!(a, c);
         let mean = a.iter().sum::<f32>() / a.len() as f32;
         let var = a.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / a.len() as f32;
-        assert!(mean.abs() < 0.06 && (var - 1.0).abs() < 0.08, "mean {mean} var {var}");
+        assert!(
+            mean.abs() < 0.06 && (var - 1.0).abs() < 0.08,
+            "mean {mean} var {var}"
+        );
         // First value of seed 0 is pinned so that the stream cannot change silently.
         let first = GaussianNoise::new(0).sample();
         let again = GaussianNoise::new(0).sample();

@@ -55,33 +55,63 @@ impl Shift {
     /// The reference's inference default when the config has no
     /// `sampling_distribution_shift_options`: LogSNR, rate 0, −6.2 → 2.0 (`sigmoid(8.2·t − 2)`).
     pub fn inference_default() -> Self {
-        Shift::LogSnr { anchor_length: 2000.0, anchor_logsnr: -6.2, rate: 0.0, logsnr_end: 2.0 }
+        Shift::LogSnr {
+            anchor_length: 2000.0,
+            anchor_logsnr: -6.2,
+            rate: 0.0,
+            logsnr_end: 2.0,
+        }
     }
 
     /// From `sampling_distribution_shift_options` (`None`: [`Shift::inference_default`]).
     /// `type` defaults to `"full"`; unknown types or keys are errors naming the key.
     pub fn from_options(opts: Option<&serde_json::Value>) -> Result<Self> {
-        let Some(v) = opts else { return Ok(Self::inference_default()) };
-        let err = |reason: String| DitError::Input { what: "sampling_distribution_shift_options".into(), reason };
-        let obj = v.as_object().ok_or_else(|| err("not a JSON object".into()))?;
+        let Some(v) = opts else {
+            return Ok(Self::inference_default());
+        };
+        let err = |reason: String| DitError::Input {
+            what: "sampling_distribution_shift_options".into(),
+            reason,
+        };
+        let obj = v
+            .as_object()
+            .ok_or_else(|| err("not a JSON object".into()))?;
         let ty = match obj.get("type") {
             None => "full",
-            Some(t) => t.as_str().ok_or_else(|| err("`type` is not a string".into()))?,
+            Some(t) => t
+                .as_str()
+                .ok_or_else(|| err("`type` is not a string".into()))?,
         };
         let num = |k: &str, d: f32| -> Result<f32> {
             match obj.get(k) {
                 None => Ok(d),
-                Some(x) => x.as_f64().map(|x| x as f32).ok_or_else(|| err(format!("`{k}` is not a number"))),
+                Some(x) => x
+                    .as_f64()
+                    .map(|x| x as f32)
+                    .ok_or_else(|| err(format!("`{k}` is not a number"))),
             }
         };
         let allowed: &[&str] = match ty {
             "none" => &[],
             "logsnr" => &["anchor_length", "anchor_logsnr", "rate", "logsnr_end"],
-            "full" => &["base_shift", "max_shift", "max_length", "min_length", "use_sine"],
+            "full" => &[
+                "base_shift",
+                "max_shift",
+                "max_length",
+                "min_length",
+                "use_sine",
+            ],
             "flux" => &["min_length", "max_length", "alpha_min", "alpha_max"],
-            other => return Err(err(format!("unknown `type` `{other}` (none, flux, full, logsnr)"))),
+            other => {
+                return Err(err(format!(
+                    "unknown `type` `{other}` (none, flux, full, logsnr)"
+                )))
+            }
         };
-        if let Some(k) = obj.keys().find(|k| *k != "type" && !allowed.contains(&k.as_str())) {
+        if let Some(k) = obj
+            .keys()
+            .find(|k| *k != "type" && !allowed.contains(&k.as_str()))
+        {
             return Err(err(format!("unknown key `{k}` for type `{ty}`")));
         }
         Ok(match ty {
@@ -97,7 +127,10 @@ impl Shift {
                 max_shift: num("max_shift", 1.15)?,
                 max_length: num("max_length", 4096.0)?,
                 min_length: num("min_length", 256.0)?,
-                use_sine: obj.get("use_sine").and_then(|x| x.as_bool()).unwrap_or(false),
+                use_sine: obj
+                    .get("use_sine")
+                    .and_then(|x| x.as_bool())
+                    .unwrap_or(false),
             },
             _ => Shift::Flux {
                 min_length: num("min_length", 256.0)?,
@@ -112,7 +145,12 @@ impl Shift {
     pub fn apply(&self, t: &[f32], seq_len: f32) -> Vec<f32> {
         match *self {
             Shift::None => t.to_vec(),
-            Shift::LogSnr { anchor_length, anchor_logsnr, rate, logsnr_end } => {
+            Shift::LogSnr {
+                anchor_length,
+                anchor_logsnr,
+                rate,
+                logsnr_end,
+            } => {
                 let start = anchor_logsnr - rate * (seq_len / anchor_length).log2();
                 let span = logsnr_end - start;
                 t.iter()
@@ -128,9 +166,16 @@ impl Shift {
                     })
                     .collect()
             }
-            Shift::Full { base_shift, max_shift, max_length, min_length, use_sine } => {
+            Shift::Full {
+                base_shift,
+                max_shift,
+                max_length,
+                min_length,
+                use_sine,
+            } => {
                 let l = seq_len.clamp(min_length, max_length);
-                let mu = -(base_shift + (max_shift - base_shift) * (l - min_length) / (max_length - min_length));
+                let mu = -(base_shift
+                    + (max_shift - base_shift) * (l - min_length) / (max_length - min_length));
                 let em = mu.exp();
                 t.iter()
                     .map(|&x| {
@@ -143,16 +188,26 @@ impl Shift {
                     })
                     .collect()
             }
-            Shift::Flux { min_length, max_length, alpha_min, alpha_max } => {
+            Shift::Flux {
+                min_length,
+                max_length,
+                alpha_min,
+                alpha_max,
+            } => {
                 let (lmin, mut lmax) = ((min_length as f64).ln(), (max_length as f64).ln());
                 if lmax == lmin {
                     lmax += 1e-8;
                 }
-                let (la_min, la_max) = ((alpha_min.max(1e-8) as f64).ln(), (alpha_max.max(1e-8) as f64).ln());
+                let (la_min, la_max) = (
+                    (alpha_min.max(1e-8) as f64).ln(),
+                    (alpha_max.max(1e-8) as f64).ln(),
+                );
                 let l = seq_len.clamp(min_length, max_length);
                 let frac = (l.ln() - lmin as f32) / (lmax as f32 - lmin as f32);
                 let alpha = (la_min as f32 + frac * (la_max as f32 - la_min as f32)).exp();
-                t.iter().map(|&x| alpha * x / (1.0 + (alpha - 1.0) * x)).collect()
+                t.iter()
+                    .map(|&x| alpha * x / (1.0 + (alpha - 1.0) * x))
+                    .collect()
             }
         }
     }
@@ -169,7 +224,10 @@ impl Schedule {
     /// effective lengths, already clamped to ≥ 1 by the caller or here).
     pub fn build(steps: usize, sigma_max: f32, shift: &Shift, seq_lens: &[f32]) -> Result<Self> {
         if steps == 0 || seq_lens.is_empty() {
-            return Err(DitError::Input { what: "schedule".into(), reason: format!("{steps} steps for {} items", seq_lens.len()) });
+            return Err(DitError::Input {
+                what: "schedule".into(),
+                reason: format!("{steps} steps for {} items", seq_lens.len()),
+            });
         }
         let lin = linspace_f32_fma(sigma_max, 0.0, steps + 1);
         let rows = seq_lens
@@ -186,7 +244,10 @@ impl Schedule {
     /// A schedule from explicit values (shared by every item).
     pub fn from_values(values: Vec<f32>) -> Result<Self> {
         if values.len() < 2 {
-            return Err(DitError::Input { what: "schedule".into(), reason: "needs at least 2 values".into() });
+            return Err(DitError::Input {
+                what: "schedule".into(),
+                reason: "needs at least 2 values".into(),
+            });
         }
         Ok(Schedule { rows: vec![values] })
     }
@@ -204,9 +265,14 @@ impl Schedule {
     /// Values at index `i` for a batch of `b` items.
     pub fn at(&self, i: usize, b: usize) -> Result<Vec<f32>> {
         if self.rows.len() != 1 && self.rows.len() != b {
-            return Err(DitError::Input { what: "schedule".into(), reason: format!("{} rows for a batch of {b}", self.rows.len()) });
+            return Err(DitError::Input {
+                what: "schedule".into(),
+                reason: format!("{} rows for a batch of {b}", self.rows.len()),
+            });
         }
-        Ok((0..b).map(|k| self.rows[if self.rows.len() == 1 { 0 } else { k }][i]).collect())
+        Ok((0..b)
+            .map(|k| self.rows[if self.rows.len() == 1 { 0 } else { k }][i])
+            .collect())
     }
 }
 
@@ -217,12 +283,16 @@ mod tests {
     #[test]
     fn default_logsnr_values() {
         let s = Schedule::build(8, 1.0, &Shift::inference_default(), &[35.0]).unwrap();
-        let want = [1.0, 0.994376, 0.984480, 0.957912, 0.890903, 0.745547, 0.512497, 0.273885, 0.0];
+        let want = [
+            1.0, 0.994376, 0.984480, 0.957912, 0.890903, 0.745547, 0.512497, 0.273885, 0.0,
+        ];
         for (a, b) in s.rows()[0].iter().zip(want) {
             assert!((a - b).abs() < 2e-6, "{a} vs {b}");
         }
         let s = Schedule::build(8, 0.8, &Shift::inference_default(), &[35.0]).unwrap();
-        let want = [0.8, 0.9768, 0.9488, 0.8909, 0.7824, 0.6130, 0.4110, 0.2351, 0.0];
+        let want = [
+            0.8, 0.9768, 0.9488, 0.8909, 0.7824, 0.6130, 0.4110, 0.2351, 0.0,
+        ];
         for (a, b) in s.rows()[0].iter().zip(want) {
             assert!((a - b).abs() < 1e-4, "{a} vs {b}");
         }
@@ -235,13 +305,28 @@ mod tests {
         let a = 0.5f32.exp();
         let r = full.apply(&[0.5], 100.0)[0];
         assert!((r - a * 0.5 / (1.0 + (a - 1.0) * 0.5)).abs() < 1e-6);
-        let flux = Shift::from_options(Some(&serde_json::json!({"type": "flux", "alpha_min": 2.0, "alpha_max": 2.0}))).unwrap();
+        let flux = Shift::from_options(Some(
+            &serde_json::json!({"type": "flux", "alpha_min": 2.0, "alpha_max": 2.0}),
+        ))
+        .unwrap();
         assert!((flux.apply(&[0.5], 1000.0)[0] - 2.0 / 3.0).abs() < 1e-6);
-        assert_eq!(Shift::from_options(Some(&serde_json::json!({"type": "none"}))).unwrap().apply(&[0.3], 5.0), vec![0.3]);
+        assert_eq!(
+            Shift::from_options(Some(&serde_json::json!({"type": "none"})))
+                .unwrap()
+                .apply(&[0.3], 5.0),
+            vec![0.3]
+        );
         assert!(Shift::from_options(Some(&serde_json::json!({"type": "cosine"}))).is_err());
-        assert!(Shift::from_options(Some(&serde_json::json!({"type": "full", "bogus": 1}))).is_err());
+        assert!(
+            Shift::from_options(Some(&serde_json::json!({"type": "full", "bogus": 1}))).is_err()
+        );
         // Per-item rows with a length-dependent shift differ.
-        let lsnr = Shift::LogSnr { anchor_length: 2000.0, anchor_logsnr: -6.2, rate: 1.0, logsnr_end: 2.0 };
+        let lsnr = Shift::LogSnr {
+            anchor_length: 2000.0,
+            anchor_logsnr: -6.2,
+            rate: 1.0,
+            logsnr_end: 2.0,
+        };
         let s = Schedule::build(4, 1.0, &lsnr, &[100.0, 4000.0]).unwrap();
         assert_ne!(s.rows()[0], s.rows()[1]);
         assert_eq!(s.at(0, 2).unwrap(), vec![1.0, 1.0]);
