@@ -126,7 +126,6 @@ impl ModelInfo {
             "component", "tensors", "parameters", "GB"
         );
         let mut mapped = 0usize;
-        let mut converted = 0usize;
         for (k, g) in &self.groups {
             let dt: Vec<String> = g.dtypes.keys().cloned().collect();
             let _ = writeln!(
@@ -140,20 +139,14 @@ impl ModelInfo {
             if k.contains("unused") {
                 continue;
             }
-            for (d, n) in &g.dtypes {
-                if d == "F32" {
-                    mapped += n * 4;
-                } else {
-                    // 16-bit weights are widened to f32 once at load for the CPU kernels.
-                    converted += n * 4;
-                }
-            }
+            // Weights stay in the memory map in their stored dtype (16-bit panels are widened
+            // on the fly by the matrix kernels), so each byte on disk is resident at most once.
+            mapped += g.bytes;
         }
         let _ = writeln!(
             s,
-            "memory plan: {:.2} GB f32 weights memory-mapped (no copy), {:.2} GB converted from 16-bit at load",
-            gb(mapped),
-            gb(converted)
+            "memory plan: {:.2} GB of weights memory-mapped in their stored dtype (no copy)",
+            gb(mapped)
         );
         for &sec in seconds {
             let l = geometry.lengths(sec, 6.0);
@@ -166,7 +159,7 @@ impl ModelInfo {
                 "  {sec:>5.1} s: T = {:>4} latents, ~{:.2} GB activations + audio, total ~{:.2} GB",
                 l.latents,
                 gb(act + audio),
-                gb(mapped + converted + act + audio)
+                gb(mapped + act + audio)
             );
         }
         s

@@ -59,7 +59,11 @@ fn parse(args: &[String]) -> Result<Opts, String> {
 
 /// The small-music DiT configuration (the released model's preset).
 fn small_music() -> Result<DitConfig, String> {
-    let c = ModelConfig::preset("small-music").map_err(|e| e.to_string())?.model.diffusion.config;
+    let c = ModelConfig::preset("small-music")
+        .map_err(|e| e.to_string())?
+        .model
+        .diffusion
+        .config;
     if c.embed_dim != 1024 || c.depth != 20 || c.num_heads != 16 || c.attn_kwargs.differential {
         return Err(format!("unexpected small-music preset: {c:?}"));
     }
@@ -195,9 +199,10 @@ fn write_checkpoint(path: &Path, c: &DitConfig) -> Result<(), String> {
     let mut buf: Vec<u8> = Vec::with_capacity(1 << 22);
     for (name, shape, scale) in &list {
         let n: usize = shape.iter().product();
+        let is_inv = name.ends_with("inv_freq");
         for k in 0..n {
-            let v = if name.ends_with("inv_freq") {
-                inv[k]
+            let v = if is_inv {
+                inv.get(k).copied().unwrap_or(0.0)
             } else if *scale == 0.0 {
                 1.0
             } else {

@@ -31,7 +31,7 @@ mod tensor;
 
 pub use backend::{Backend, Device};
 pub use dtype::{DType, Elem};
-pub use error::{CoreError, Result};
+pub use error::{CoreError, Result, SafeTensorsErrorKind};
 pub use loader::{save_safetensors, SafeTensorsFile, TensorInfo, WeightLoader};
 pub use storage::Storage;
 pub use tensor::{contiguous_strides, Tensor};

@@ -109,12 +109,14 @@ impl LoraFile {
             "dora" | "dora-rows" => AdapterKind::DoraRows,
             "dora-cols" => AdapterKind::DoraCols,
             "bora" => AdapterKind::Bora,
-            other => return Err(lora_err(
-                path,
-                format!(
+            other => {
+                return Err(lora_err(
+                    path,
+                    format!(
                     "adapter_type `{other}` is not supported (lora, dora-rows, dora-cols, bora)"
                 ),
-            )),
+                ))
+            }
         };
         // Group tensors by module: `<module>.parametrizations.weight.<i>.<param>`.
         let mut parts: BTreeMap<String, BTreeMap<String, Tensor>> = BTreeMap::new();

@@ -1,13 +1,14 @@
 //! DiT self- and cross-attention, standard and differential, with RMS QK-norm and partial RoPE.
 //!
-//! Projections stay in `[B, N, E]` layout; heads are strided views (`[B, H, N, D]`) passed to
-//! [`ops::attention`]. Differential attention evaluates `Attn(q, k, v) − Attn(q_d, k_d, v)` with
-//! the same QK-norm gains for both branches and a shared `v`.
+//! Projections stay in `[B, N, E]` layout; one fused pass per head group (QK-norm, RoPE) writes
+//! the head-major `[B, H, N, D]` operands that [`ops::attention`] reads. Differential attention
+//! evaluates `Attn(q, k, v) − Attn(q_d, k_d, v)` ([`ops::attention_diff`]) with the same QK-norm
+//! gains for both branches and a shared `v`.
 
 use aria_core::ops::{self, AttnOpts, KeyMaskMode};
 use aria_core::{Tensor, WeightLoader};
 
-use super::layers::{f32s, head_norm_rope, head_view, merge_heads, Linear, Rope};
+use super::layers::{f32s, merge_heads, split_heads, Linear, Rope};
 use crate::Result;
 
 /// Key-padding handling of one self-attention call.
@@ -77,29 +78,26 @@ impl SelfAttention {
         let qkv = self.to_qkv.forward(u)?; // [B, N, (3|5)E]
         let width = qkv.shape()[2];
         let src = f32s(&qkv)?;
-        let prep = |col: usize, gamma: &[f32]| -> Result<Tensor> {
-            let v = head_norm_rope(&src, width, col, e, d, n, gamma, Some(rope));
-            let t = Tensor::from_vec(v, &[b, n, e])?;
-            head_view(&t, 0, e, h)
+        let heads = |col: usize, gamma: Option<&[f32]>, rope: Option<&Rope>| -> Result<Tensor> {
+            let v = split_heads(&src, width, col, h, d, n, gamma, rope);
+            Ok(Tensor::from_vec(v, &[b, h, n, d])?)
         };
-        let q = prep(0, &self.q_gamma)?;
-        let k = prep(e, &self.k_gamma)?;
-        let v = head_view(&qkv, 2 * e, e, h)?;
+        let q = heads(0, Some(&self.q_gamma), Some(rope))?;
+        let k = heads(e, Some(&self.k_gamma), Some(rope))?;
+        let v = heads(2 * e, None, None)?;
         let mut opts = AttnOpts::new(1.0 / (d as f32).sqrt());
         if let Some(m) = mask {
             opts.key_mask = Some(m.key_mask);
             opts.mask_mode = m.mode;
         }
-        let a = ops::attention(&q, &k, &v, &opts)?;
-        let zero_rows = mask.and_then(|m| m.zero_rows);
-        let merged = if self.differential {
-            let qd = prep(3 * e, &self.q_gamma)?;
-            let kd = prep(4 * e, &self.k_gamma)?;
-            let ad = ops::attention(&qd, &kd, &v, &opts)?;
-            merge_heads(&f32s(&a)?, Some(&f32s(&ad)?), b, h, n, d, zero_rows)
+        let a = if self.differential {
+            let qd = heads(3 * e, Some(&self.q_gamma), Some(rope))?;
+            let kd = heads(4 * e, Some(&self.k_gamma), Some(rope))?;
+            ops::attention_diff(&q, &k, &qd, &kd, &v, &opts)?
         } else {
-            merge_heads(&f32s(&a)?, None, b, h, n, d, zero_rows)
+            ops::attention(&q, &k, &v, &opts)?
         };
+        let merged = merge_heads(&f32s(&a)?, None, b, h, n, d, mask.and_then(|m| m.zero_rows));
         self.to_out.forward(&Tensor::from_vec(merged, &[b, n, e])?)
     }
 }
@@ -165,18 +163,17 @@ impl CrossAttention {
         let kv = self.to_kv.forward(c)?;
         let width = kv.shape()[2];
         let src = f32s(&kv)?;
-        let prep = |col: usize| -> Result<Tensor> {
-            let v = head_norm_rope(&src, width, col, e, d, nc, &self.k_gamma, None);
-            // Keys are reused every step: store them head-major and contiguous.
-            Ok(head_view(&Tensor::from_vec(v, &[b, nc, e])?, 0, e, h)?.contiguous()?)
+        let heads = |col: usize, gamma: Option<&[f32]>| -> Result<Tensor> {
+            let v = split_heads(&src, width, col, h, d, nc, gamma, None);
+            Ok(Tensor::from_vec(v, &[b, h, nc, d])?)
         };
-        let k = prep(0)?;
+        let k = heads(0, Some(&self.k_gamma))?;
         let (k_diff, v_col) = if self.differential {
-            (Some(prep(e)?), 2 * e)
+            (Some(heads(e, Some(&self.k_gamma))?), 2 * e)
         } else {
             (None, e)
         };
-        let v = head_view(&kv, v_col, e, h)?.contiguous()?;
+        let v = heads(v_col, None)?;
         Ok(CrossKv { k, k_diff, v })
     }
 
@@ -188,19 +185,18 @@ impl CrossAttention {
         let q = self.to_q.forward(u)?;
         let width = q.shape()[2];
         let src = f32s(&q)?;
-        let prep = |col: usize| -> Result<Tensor> {
-            let v = head_norm_rope(&src, width, col, e, d, n, &self.q_gamma, None);
-            head_view(&Tensor::from_vec(v, &[b, n, e])?, 0, e, h)
+        let heads = |col: usize| -> Result<Tensor> {
+            let v = split_heads(&src, width, col, h, d, n, Some(&self.q_gamma), None);
+            Ok(Tensor::from_vec(v, &[b, h, n, d])?)
         };
         let opts = AttnOpts::new(1.0 / (d as f32).sqrt());
-        let a = ops::attention(&prep(0)?, &kv.k, &kv.v, &opts)?;
-        let merged = match (&kv.k_diff, self.differential) {
+        let a = match (&kv.k_diff, self.differential) {
             (Some(kd), true) => {
-                let ad = ops::attention(&prep(e)?, kd, &kv.v, &opts)?;
-                merge_heads(&f32s(&a)?, Some(&f32s(&ad)?), b, h, n, d, None)
+                ops::attention_diff(&heads(0)?, &kv.k, &heads(e)?, kd, &kv.v, &opts)?
             }
-            _ => merge_heads(&f32s(&a)?, None, b, h, n, d, None),
+            _ => ops::attention(&heads(0)?, &kv.k, &kv.v, &opts)?,
         };
+        let merged = merge_heads(&f32s(&a)?, None, b, h, n, d, None);
         self.to_out.forward(&Tensor::from_vec(merged, &[b, n, e])?)
     }
 }

@@ -260,49 +260,57 @@ pub(crate) struct Rope {
     pub(crate) r: usize,
 }
 
-/// From a projection `src [B, n, width]`, take the `e`-wide chunk starting at column `col`, split
-/// into `h` heads of `d`, RMS-normalise each head vector with `gamma` (`[d]`), and apply RoPE on
-/// the first `rope.r` dims (position = token index). The result keeps the `[B, n, h·d]` layout.
+/// From a projection `src [B, n, width]`, take the `h·d`-wide chunk starting at column `col`,
+/// split it into `h` heads of `d` and return them head-major (`[B, h, n, d]`, contiguous, as the
+/// attention kernels read them), optionally RMS-normalising each head vector with `gamma` (`[d]`)
+/// and applying RoPE on the first `rope.r` dims (position = token index), all in one pass.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn head_norm_rope(
+pub(crate) fn split_heads(
     src: &[f32],
     width: usize,
     col: usize,
-    e: usize,
+    h: usize,
     d: usize,
     n: usize,
-    gamma: &[f32],
+    gamma: Option<&[f32]>,
     rope: Option<&Rope>,
 ) -> Vec<f32> {
     let rows = src.len().checked_div(width).unwrap_or(0);
-    let mut out = vec![0f32; rows * e];
-    if e == 0 || d == 0 {
+    let mut out = vec![0f32; rows * h * d];
+    if h == 0 || d == 0 || n == 0 {
         return out;
     }
-    out.par_chunks_mut(e).enumerate().for_each(|(row, o)| {
-        let s = &src[row * width + col..row * width + col + e];
-        let p = row % n.max(1);
-        for (oh, sh) in o.chunks_mut(d).zip(s.chunks(d)) {
-            let ms = sh.iter().map(|v| v * v).sum::<f32>() / d as f32;
-            let inv = 1.0 / (ms + QK_NORM_EPS).sqrt();
-            for i in 0..d {
-                oh[i] = sh[i] * inv * gamma[i];
-            }
-            if let Some(rp) = rope {
-                let half = rp.r / 2;
-                let c = &rp.cos[p * rp.r..(p + 1) * rp.r];
-                let sn = &rp.sin[p * rp.r..(p + 1) * rp.r];
-                for i in 0..half {
-                    let (a, b) = (oh[i], oh[i + half]);
-                    oh[i] = a * c[i] - b * sn[i];
-                    oh[i + half] = b * c[i + half] + a * sn[i + half];
+    out.par_chunks_mut(d).enumerate().for_each(|(idx, oh)| {
+        let p = idx % n;
+        let bh = idx / n;
+        let (bi, hi) = (bh / h, bh % h);
+        let start = (bi * n + p) * width + col + hi * d;
+        let sh = &src[start..start + d];
+        match gamma {
+            Some(g) => {
+                let ms = sh.iter().map(|v| v * v).sum::<f32>() / d as f32;
+                let inv = 1.0 / (ms + QK_NORM_EPS).sqrt();
+                for i in 0..d {
+                    oh[i] = sh[i] * inv * g[i];
                 }
+            }
+            None => oh.copy_from_slice(sh),
+        }
+        if let Some(rp) = rope {
+            let half = rp.r / 2;
+            let c = &rp.cos[p * rp.r..(p + 1) * rp.r];
+            let sn = &rp.sin[p * rp.r..(p + 1) * rp.r];
+            for i in 0..half {
+                let (a, b) = (oh[i], oh[i + half]);
+                oh[i] = a * c[i] - b * sn[i];
+                oh[i + half] = b * c[i + half] + a * sn[i + half];
             }
         }
     });
     out
 }
 
+#[cfg(test)]
 /// A `[B, h, n, d]` view of the `e = h·d` columns starting at `col` of a `[B, n, width]` tensor.
 pub(crate) fn head_view(t: &Tensor, col: usize, e: usize, h: usize) -> Result<Tensor> {
     let s = t.shape();
@@ -394,14 +402,15 @@ mod tests {
             sin: s.to_vec_f32()?,
             r: 2,
         };
-        let got = head_norm_rope(&src, 2 * e, e, e, d, n, &gamma, Some(&rope));
+        let got = split_heads(&src, 2 * e, e, h, d, n, Some(&gamma), Some(&rope));
         let t = Tensor::from_vec(src, &[1, n, 2 * e])?;
         let v = head_view(&t, e, e, h)?; // [1, h, n, d]
         let g = Tensor::from_vec(gamma, &[d])?;
         let normed = ops::rms_norm(&v, Some(&g), QK_NORM_EPS, ops::RmsStyle::Plain)?;
         let roped = ops::rope(&normed, &c, &s)?; // [1, h, n, d]
-        let want = merge_heads(&roped.to_vec_f32()?, None, 1, h, n, d, None);
-        assert_eq!(got, want);
+        assert_eq!(got, roped.to_vec_f32()?);
+        let plain = split_heads(&t.to_vec_f32()?, 2 * e, e, h, d, n, None, None);
+        assert_eq!(plain, v.contiguous()?.to_vec_f32()?);
         Ok(())
     }
 
