@@ -335,7 +335,11 @@ fn generate(args: &GenerateArgs, ui: &Ui) -> Result<()> {
         }),
         None => None,
     };
-    let mut base_noise = noise_source(&args.noise, ui)?;
+    if let Some(p) = &args.noise.noise {
+        if !p.is_file() {
+            return Err(Error::Noise { path: p.clone(), reason: "file not found".into() });
+        }
+    }
     let pipe = load(
         &args.model.model,
         &LoadOptions {
@@ -345,6 +349,7 @@ fn generate(args: &GenerateArgs, ui: &Ui) -> Result<()> {
         ui,
     )?;
     let ready = ui.start.elapsed();
+    let mut base_noise = noise_source(&args.noise, ui)?;
     let mut req = GenerateRequest::new(args.prompt.clone(), args.seconds);
     req.steps = args.steps;
     req.cfg_scale = args.cfg;

@@ -1,6 +1,9 @@
 //! `cargo xtask bench codec`: SAME-S decode at real shapes (D = 768, 6 blocks, 512 patch
 //! features, 256 latent channels) with random weights written to a temporary safetensors file.
 //!
+//! Wall time is the headline number; CPU time (user + system of the child) is printed beside it
+//! because wall time is unreliable on a loaded machine.
+//!
 //! Every measurement runs in a child process (this binary, `bench codec --child ...`) so that
 //! its peak resident memory (`VmHWM`) belongs to that measurement alone.
 //!
@@ -149,6 +152,21 @@ fn peak_rss_mib() -> f64 {
         .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
+/// CPU seconds (user + system) this process has used so far, from `/proc/self/stat`.
+fn cpu_seconds() -> f64 {
+    let s = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+    let rest = s.rsplit_once(')').map_or("", |r| r.1);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    match (f.get(11), f.get(12)) {
+        (Some(u), Some(st)) => (u + st) / 100.0,
+        _ => f64::NAN,
+    }
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -171,8 +189,10 @@ fn child(args: &[String]) -> Result<(), String> {
         .normal(&[1, LATENT, t])
         .map_err(|e| e.to_string())?;
     let mut times = Vec::new();
+    let mut cpu = Vec::new();
     for _ in 0..reps.max(1) {
         let t0 = Instant::now();
+        let c0 = cpu_seconds();
         let out = match mode.as_str() {
             "whole" => ae.decode(&z, None),
             "chunked" => ae.decode_chunked(&z, None),
@@ -198,13 +218,20 @@ fn child(args: &[String]) -> Result<(), String> {
         }
         .map_err(|e| e.to_string())?;
         times.push(t0.elapsed().as_secs_f64());
+        cpu.push(cpu_seconds() - c0);
         drop(out);
     }
-    println!("RESULT {} {}", median(&mut times), peak_rss_mib());
+    println!(
+        "RESULT {} {} {}",
+        median(&mut times),
+        peak_rss_mib(),
+        median(&mut cpu)
+    );
     Ok(())
 }
 
-fn measure(dir: &Path, mode: &str, t: usize, reps: usize) -> Result<(f64, f64), String> {
+/// `(median wall seconds, peak RSS MiB, median CPU seconds)` of one child run.
+fn measure(dir: &Path, mode: &str, t: usize, reps: usize) -> Result<(f64, f64, f64), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let out = Command::new(exe)
         .args([
@@ -234,7 +261,7 @@ fn measure(dir: &Path, mode: &str, t: usize, reps: usize) -> Result<(f64, f64), 
         .filter_map(|x| x.parse().ok())
         .collect();
     match v.as_slice() {
-        [s, m] => Ok((*s, *m)),
+        [s, m, c] => Ok((*s, *m, *c)),
         _ => Err(format!("bad child output `{line}`")),
     }
 }
@@ -324,8 +351,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
             for mode in &mem_modes {
                 for &secs in &mem_durations {
                     let t = latents_for(secs);
-                    let (s, m) = measure(&dir, mode, t, 1)?;
-                    println!("{:>5}s {t:>5} {mode:>10} {s:>9.3} {m:>10.0}", secs);
+                    let (s, m, c) = measure(&dir, mode, t, 1)?;
+                    println!("{secs:>5}s {t:>5} {mode:>10} {s:>9.3} {c:>9.3} {m:>10.0}");
                 }
             }
         }
