@@ -337,7 +337,10 @@ fn generate(args: &GenerateArgs, ui: &Ui) -> Result<()> {
     };
     if let Some(p) = &args.noise.noise {
         if !p.is_file() {
-            return Err(Error::Noise { path: p.clone(), reason: "file not found".into() });
+            return Err(Error::Noise {
+                path: p.clone(),
+                reason: "file not found".into(),
+            });
         }
     }
     let pipe = load(

@@ -183,6 +183,15 @@ pub struct Pipeline {
     dit: Dit,
     ae: Autoencoder,
     chunked_decode: bool,
+    /// The duration embedder's Linear with LoRA merged (`None` without a LoRA targeting it).
+    seconds_lora: Option<SecondsLinear>,
+}
+
+/// A duration-embedder Linear whose weight a LoRA changed: `(id, weight [D, 256], bias [D])`.
+struct SecondsLinear {
+    id: String,
+    weight: Tensor,
+    bias: Tensor,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -232,14 +241,15 @@ impl Pipeline {
             text,
             dit,
             ae,
+            seconds_lora: None,
         };
         if !opts.loras.is_empty() {
-            p.apply_loras(&opts.loras)?;
+            p.apply_loras(&opts.loras, &weights)?;
         }
         Ok(p)
     }
 
-    fn apply_loras(&mut self, loras: &[(PathBuf, f32)]) -> Result<()> {
+    fn apply_loras(&mut self, loras: &[(PathBuf, f32)], weights: &WeightLoader) -> Result<()> {
         let mut stack = LoraStack::new();
         for (path, strength) in loras {
             let f = LoraFile::open(path).map_err(|e| Error::Lora {
@@ -248,11 +258,72 @@ impl Pipeline {
             })?;
             stack.push(std::sync::Arc::new(f), *strength);
         }
-        stack.apply(&mut self.dit).map_err(|e| Error::Lora {
+        let lora_err = |e: aria_dit::DitError| Error::Lora {
             path: loras.last().map(|l| l.0.clone()).unwrap_or_default(),
             reason: e.to_string(),
-        })?;
+        };
+        stack.apply(&mut self.dit).map_err(lora_err)?;
+        // The conditioner side: the duration embedder's Linear (the only conditioner layer).
+        let id = self
+            .config
+            .number_conditioners()?
+            .first()
+            .map(|(i, _)| i.to_string());
+        if let Some(id) = id {
+            let module = format!("conditioners.{id}.embedder.embedding.1");
+            let w = weights.pp(format!("conditioner.{module}"));
+            let d = self.config.model.conditioning.cond_dim;
+            let base = w.get_as("weight", &[d, 256], DType::F32)?;
+            if let Some(weight) = stack.merged_weight(&module, &base).map_err(lora_err)? {
+                let bias = w.get_as("bias", &[d], DType::F32)?;
+                self.seconds_lora = Some(SecondsLinear { id, weight, bias });
+            }
+        }
         Ok(())
+    }
+
+    /// The duration embeddings `[B, cond_dim]` of `seconds` as the conditioning uses them
+    /// (with a LoRA's merged duration-embedder weight when one is loaded).
+    pub fn seconds_embedding(&self, seconds: &[f32]) -> Result<Tensor> {
+        match &self.seconds_lora {
+            Some(sl) => {
+                let nc = self
+                    .text
+                    .number(&sl.id)
+                    .ok_or_else(|| Error::Config(format!("no number conditioner `{}`", sl.id)))?;
+                let norm: Vec<f32> = seconds.iter().map(|&s| nc.normalize(s)).collect();
+                let f = aria_dit::conditioner::expo_fourier_features(&norm, 256)?;
+                Ok(aria_core::ops::linear(&f, &sl.weight, Some(&sl.bias))?)
+            }
+            None => {
+                let e = self.text.seconds_embedding(seconds)?;
+                let b = seconds.len();
+                let d = e.elem_count() / b.max(1);
+                Ok(e.reshape(&[b, d])?)
+            }
+        }
+    }
+
+    /// Replace the duration token (last cross-attention token) and the global condition by the
+    /// LoRA-merged duration embedding.
+    fn with_seconds_lora(&self, mut c: Conditioning, seconds: f32) -> Result<Conditioning> {
+        if self.seconds_lora.is_none() {
+            return Ok(c);
+        }
+        let e = self.seconds_embedding(&[seconds])?;
+        let s = c.cross_attn_cond.shape().to_vec();
+        let d = s[2];
+        let mut v = c
+            .cross_attn_cond
+            .to_dtype(DType::F32)?
+            .contiguous()?
+            .to_vec_f32()?;
+        let ev = e.to_vec_f32()?;
+        let last = (s[1] - 1) * d;
+        v[last..last + d].copy_from_slice(&ev);
+        c.cross_attn_cond = Tensor::from_vec(v, &s)?;
+        c.global_cond = e;
+        Ok(c)
     }
 
     /// The model files.
@@ -433,10 +504,15 @@ impl Pipeline {
             None => {
                 let secs = [req.seconds as f32];
                 let c = self.text.conditioning(&[req.prompt.as_str()], &secs)?;
-                let n = match (&req.negative_prompt, use_cfg) {
-                    (Some(np), true) => Some(self.text.negative(&[np.as_str()], &secs)?),
-                    _ => None,
-                };
+                let c = self.with_seconds_lora(c, secs[0])?;
+                let n =
+                    match (&req.negative_prompt, use_cfg) {
+                        (Some(np), true) => Some(self.with_seconds_lora(
+                            self.text.negative(&[np.as_str()], &secs)?,
+                            secs[0],
+                        )?),
+                        _ => None,
+                    };
                 (c, n)
             }
         };
@@ -667,9 +743,4 @@ impl sampler::NoiseSource for DitNoise<'_> {
             }
         }
     }
-}
-
-/// Ensure a tensor is f32 (helper for callers holding f16/bf16 data).
-pub fn to_f32(t: &Tensor) -> Result<Tensor> {
-    Ok(t.to_dtype(DType::F32)?)
 }

@@ -263,3 +263,33 @@ fn audio_to_audio() {
     a2a("sa3-tiny-extra");
     a2a("sa3-tiny-medium");
 }
+
+/// A LoRA file changes the DiT and the duration embedder; the conditioning then matches the
+/// reference's (`StableAudioModel.load_lora` + `set_lora_strength(0.7)`).
+#[test]
+fn lora_reaches_the_duration_embedder() {
+    for case in ["lora_std", "lora_dora"] {
+        let Some(dir) = fixture("sa3-tiny-extra") else {
+            return;
+        };
+        let files = resolve_model(&dir.display().to_string(), &SearchPaths::default()).unwrap();
+        let opts = LoadOptions {
+            loras: vec![(dir.join(format!("{case}.safetensors")), 0.7)],
+            ..Default::default()
+        };
+        let pipe = Pipeline::load(&files, &opts).unwrap();
+        let w = WeightLoader::open(&[dir.join("lora_forward.safetensors")]).unwrap();
+        let secs = w
+            .get_any("in.lora.seconds_values")
+            .unwrap()
+            .to_vec_f32()
+            .unwrap();
+        let e = pipe.seconds_embedding(&secs).unwrap();
+        let e = e.reshape(&[secs.len(), 1, e.shape()[1]]).unwrap();
+        check(
+            &format!("{case} seconds embedding"),
+            &e,
+            &reference(&w, &format!("{case}.seconds_embedding")),
+        );
+    }
+}

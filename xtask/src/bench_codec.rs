@@ -317,21 +317,20 @@ pub fn run(args: &[String]) -> Result<(), String> {
             rayon_threads()
         );
         println!(
-            "{:>6} {:>5} {:>10} {:>9} {:>10} {:>14}",
-            "audio", "T", "mode", "seconds", "peak MiB", "vs whole"
+            "{:>6} {:>5} {:>10} {:>9} {:>9} {:>10} {:>9}",
+            "audio", "T", "mode", "wall s", "cpu s", "peak MiB", "vs whole"
         );
         for &secs in &durations {
             let t = latents_for(secs);
-            let (whole, wm) = measure(&dir, "whole", t, reps)?;
+            let (whole, wm, wc) = measure(&dir, "whole", t, reps)?;
             println!(
-                "{:>5}s {t:>5} {:>10} {whole:>9.3} {wm:>10.0} {:>14}",
-                secs, "whole", "1.00"
+                "{secs:>5}s {t:>5} {:>10} {whole:>9.3} {wc:>9.3} {wm:>10.0} {:>9}",
+                "whole", "1.00"
             );
             for mode in ["chunked", "windowed", "streaming"] {
-                let (s, m) = measure(&dir, mode, t, reps)?;
+                let (s, m, c) = measure(&dir, mode, t, reps)?;
                 println!(
-                    "{:>5}s {t:>5} {mode:>10} {s:>9.3} {m:>10.0} {:>14.2}",
-                    secs,
+                    "{secs:>5}s {t:>5} {mode:>10} {s:>9.3} {c:>9.3} {m:>10.0} {:>9.2}",
                     s / whole
                 );
             }
@@ -345,8 +344,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
         if !skip_mem {
             println!("peak RSS vs duration (one child process per point, reps 1):");
             println!(
-                "{:>6} {:>5} {:>10} {:>9} {:>10}",
-                "audio", "T", "mode", "seconds", "peak MiB"
+                "{:>6} {:>5} {:>10} {:>9} {:>9} {:>10}",
+                "audio", "T", "mode", "wall s", "cpu s", "peak MiB"
             );
             for mode in &mem_modes {
                 for &secs in &mem_durations {
