@@ -155,13 +155,11 @@ fn peak_rss_mib() -> f64 {
 /// CPU seconds (user + system) this process has used so far, from `/proc/self/stat`.
 fn cpu_seconds() -> f64 {
     let s = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
     let rest = s.rsplit_once(')').map_or("", |r| r.1);
-    let f: Vec<f64> = rest
-        .split_whitespace()
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    match (f.get(11), f.get(12)) {
+    // rest = " state ppid ...": field 3 (state) is index 0, utime (14) index 11, stime index 12.
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let num = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok());
+    match (num(11), num(12)) {
         (Some(u), Some(st)) => (u + st) / 100.0,
         _ => f64::NAN,
     }
