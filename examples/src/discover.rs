@@ -65,15 +65,7 @@ pub fn repo_id_for(name: &str) -> Option<String> {
     if name.contains('/') {
         return Some(name.to_string());
     }
-    let known = [
-        "small-music",
-        "small-sfx",
-        "medium",
-        "small-music-base",
-        "small-sfx-base",
-        "medium-base",
-    ];
-    known
+    aria_dit::config::ModelConfig::PRESETS
         .contains(&name)
         .then(|| format!("stabilityai/stable-audio-3-{name}"))
 }

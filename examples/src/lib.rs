@@ -32,7 +32,6 @@
 //! # Ok(()) }
 //! ```
 
-pub mod audio;
 pub mod discover;
 mod error;
 pub mod info;
@@ -42,6 +41,7 @@ pub mod plan;
 pub mod rng;
 pub mod synth;
 
+pub use aria_codec::audio;
 pub use aria_codec::audio::AudioClip;
 pub use aria_dit::sampler::SamplerKind;
 pub use error::{Error, Result};

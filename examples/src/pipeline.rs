@@ -6,7 +6,7 @@ use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use aria_codec::audio::AudioClip;
+use aria_codec::audio::{prepare_audio, AudioClip};
 use aria_codec::{Autoencoder, AutoencoderConfig};
 use aria_core::{DType, Tensor, WeightLoader};
 use aria_dit::conditioner::{Conditioning, TextConditioner};
@@ -440,7 +440,7 @@ impl Pipeline {
         let n = (clip.frames() as u64 * u64::from(self.sample_rate()))
             .div_ceil(u64::from(clip.sample_rate.max(1)));
         let n = (n as usize).div_ceil(ratio).max(1) * ratio;
-        let x = crate::audio::prepare_audio(clip, self.sample_rate(), n, 2)?;
+        let x = prepare_audio(clip, self.sample_rate(), Some(n), 2)?;
         self.encode_prepared(&x, noise)
     }
 
@@ -523,20 +523,14 @@ impl Pipeline {
         let t0 = Instant::now();
         let init_latents = match &req.init_audio {
             Some(init) => {
-                let x = crate::audio::prepare_audio(
-                    &init.clip,
-                    self.sample_rate(),
-                    lengths.samples,
-                    2,
-                )?;
+                let x = prepare_audio(&init.clip, self.sample_rate(), Some(lengths.samples), 2)?;
                 Some(self.encode_prepared(&x, noise)?)
             }
             None => None,
         };
         let inpaint_latents = match &req.inpaint {
             Some(inp) => {
-                let x =
-                    crate::audio::prepare_audio(&inp.clip, self.sample_rate(), lengths.samples, 2)?;
+                let x = prepare_audio(&inp.clip, self.sample_rate(), Some(lengths.samples), 2)?;
                 Some(self.encode_prepared(&x, noise)?)
             }
             None => None,

@@ -244,7 +244,7 @@ fn a2a(folder: &str) {
         sample_rate: 48000,
     };
     // The reference's input preparation (torchaudio resampling 48 → 44.1 kHz, zero padding).
-    let prepared = aria::audio::prepare_audio(&clip, 44100, 9216, 2).unwrap();
+    let prepared = aria::audio::prepare_audio(&clip, 44100, Some(9216), 2).unwrap();
     check(
         "a2a prepared_audio",
         &prepared,

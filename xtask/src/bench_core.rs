@@ -139,7 +139,7 @@ fn peak_gflops(threads: usize) -> Option<f64> {
 
 /// f32 FMA rate of `threads` cores in GFLOP/s: 12 independent 8-lane FMA chains per core.
 #[cfg(target_arch = "x86_64")]
-fn fma_peak_gflops(threads: usize) -> Option<f64> {
+pub(crate) fn fma_peak_gflops(threads: usize) -> Option<f64> {
     use std::arch::x86_64::*;
     if !(std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"))
     {
@@ -215,8 +215,9 @@ fn fma512_peak_gflops(_threads: usize) -> Option<f64> {
     None
 }
 
+/// f32 FMA rate: not measured on this architecture.
 #[cfg(not(target_arch = "x86_64"))]
-fn fma_peak_gflops(_threads: usize) -> Option<f64> {
+pub(crate) fn fma_peak_gflops(_threads: usize) -> Option<f64> {
     None
 }
 

@@ -92,48 +92,12 @@ fn vm_hwm() -> Option<u64> {
     Some(kb * 1024)
 }
 
-/// f32 FMA peak of one core in GFLOP/s (10 independent 8-lane FMA chains).
-#[cfg(target_arch = "x86_64")]
+/// f32 FMA peak of one core in GFLOP/s: the best of three runs of the AVX2 probe of
+/// `bench core` (`crate::bench_core::fma_peak_gflops`).
 fn fma_peak_gflops() -> Option<f64> {
-    use std::arch::x86_64::*;
-    if !(std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"))
-    {
-        return None;
-    }
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn chains(iters: usize) -> f32 {
-        let a = _mm256_set1_ps(1e-7);
-        let b = _mm256_set1_ps(0.999_999);
-        let mut c = [_mm256_set1_ps(1.0); 10];
-        for _ in 0..iters {
-            for v in c.iter_mut() {
-                *v = _mm256_fmadd_ps(*v, b, a);
-            }
-        }
-        let mut s = _mm256_setzero_ps();
-        for v in c {
-            s = _mm256_add_ps(s, v);
-        }
-        let mut out = [0f32; 8];
-        // SAFETY: `out` holds exactly 8 f32, the width of one unaligned 256-bit store.
-        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), s) };
-        out.iter().sum()
-    }
-    let iters = 20_000_000;
-    let mut best = 0f64;
-    for _ in 0..3 {
-        let t = Instant::now();
-        // SAFETY: the CPU supports AVX2 and FMA (checked above); the loop only uses registers.
-        let r = unsafe { chains(iters) };
-        std::hint::black_box(r);
-        best = best.max((iters * 10 * 8 * 2) as f64 / t.elapsed().as_secs_f64() / 1e9);
-    }
-    Some(best)
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn fma_peak_gflops() -> Option<f64> {
-    None
+    (0..3)
+        .filter_map(|_| crate::bench_core::fma_peak_gflops(1))
+        .reduce(f64::max)
 }
 
 /// The child: one generation, printed as `RESULT key=value ...`.

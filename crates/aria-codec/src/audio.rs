@@ -268,15 +268,19 @@ pub fn resample(data: &Tensor, from: u32, to: u32) -> Result<Tensor> {
     let klen = 2 * width + orig;
     // kernel[p][m], p = output phase, m = tap.
     let mut kernel = vec![0f32; new * klen];
+    let scale = base / orig as f64;
     for p in 0..new {
+        // The reference evaluates the phases `arange(0, -new, -1) / new` in float32 (default
+        // dtype) before adding them to the float64 tap offsets.
+        let phase = f64::from(-(p as f32) / new as f32);
         for m in 0..klen {
             let idx = (m as f64 - width as f64) / orig as f64;
-            let mut t = (-(p as f64) / new as f64 + idx) * base;
+            let mut t = (phase + idx) * base;
             t = t.clamp(-ZEROS, ZEROS);
             let w = (t * std::f64::consts::PI / ZEROS / 2.0).cos().powi(2);
             let tp = t * std::f64::consts::PI;
             let sinc = if tp == 0.0 { 1.0 } else { tp.sin() / tp };
-            kernel[p * klen + m] = (sinc * w * base / orig as f64) as f32;
+            kernel[p * klen + m] = (sinc * w * scale) as f32;
         }
     }
     let target = ((n as u64 * new as u64).div_ceil(orig as u64)) as usize;

@@ -9,15 +9,7 @@ use crate::{CoreError, Result};
 
 /// Read and parse a JSON file.
 pub fn read_json(path: impl AsRef<Path>) -> Result<serde_json::Value> {
-    let path = path.as_ref();
-    let text = std::fs::read_to_string(path).map_err(|source| CoreError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    serde_json::from_str(&text).map_err(|e| CoreError::Json {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })
+    read_config(path)
 }
 
 /// Read a JSON file into a typed config. Parser errors (unknown or missing keys, wrong types)

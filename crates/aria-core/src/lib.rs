@@ -26,6 +26,7 @@ pub mod fixtures;
 pub mod hooks;
 pub mod loader;
 pub mod ops;
+pub mod rng;
 pub mod storage;
 mod tensor;
 

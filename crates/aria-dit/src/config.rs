@@ -684,6 +684,12 @@ impl ModelConfig {
         "medium-base",
     ];
 
+    /// The `model_config.json` (as JSON) of a released model, by the names of
+    /// [`ModelConfig::preset`]; `None` for an unknown name.
+    pub fn preset_json(name: &str) -> Option<Value> {
+        preset_json(name)
+    }
+
     /// The configuration of a released model (`small-music`, `small-sfx`, `medium`, or a `-base`
     /// variant), with `dir` = the current folder. The values are those established for the
     /// released checkpoints (architecture, conditioners, SAME autoencoder); a checkpoint's own

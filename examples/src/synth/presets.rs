@@ -1,6 +1,8 @@
-//! `model_config.json` and T5Gemma `config.json` of the released SA3 variants (values from the
-//! architecture specification) and of a tiny variant for the no-download demo.
+//! `model_config.json` and T5Gemma `config.json` of the released SA3 variants (the model
+//! configurations are those of [`ModelConfig::preset_json`]) and of a tiny variant for the
+//! no-download demo.
 
+use aria_dit::config::ModelConfig;
 use serde_json::{json, Value};
 
 /// Which model a random checkpoint imitates.
@@ -48,99 +50,19 @@ impl Preset {
         }
     }
 
-    /// The preset's `model_config.json`.
+    /// The preset's `model_config.json`: that of the released model
+    /// ([`ModelConfig::preset_json`]); tiny is small-music with smaller dimensions, a latent of
+    /// 16 channels and the text encoder in a `t5gemma-b-b-ul2` subfolder of the model folder.
     pub fn model_config(self) -> Value {
-        let p = dims(self);
-        let mut enc = json!({
-            "in_channels": p.patch * 2, "channels": p.same_channels, "c_mults": [p.same_mult], "strides": [16],
-            "latent_dim": p.latent, "transformer_depths": [p.same_depth], "checkpointing": false,
-            "differential": true, "dim_heads": 64, "variable_stride": true, "conv_mapping": false,
-            "mask_noise": 0.0
-        });
-        let mut dec = json!({
-            "out_channels": p.patch * 2, "channels": p.same_channels, "c_mults": [p.same_mult], "strides": [16],
-            "latent_dim": p.latent, "transformer_depths": [p.same_depth],
-            "sinusoidal_blocks": [p.sinusoidal], "checkpointing": false, "differential": true,
-            "dim_heads": 64, "variable_stride": true, "conv_mapping": !p.sliding, "mask_noise": 0.01
-        });
-        for side in [&mut enc, &mut dec] {
-            if let Some(o) = side.as_object_mut() {
-                if p.sliding {
-                    o.insert("sliding_window".into(), json!([1, 1]));
-                } else {
-                    o.insert("dyt".into(), json!(true));
-                    o.insert("chunk_size".into(), json!(32));
-                    o.insert("chunk_midpoint_shift".into(), json!(true));
-                }
-            }
-        }
-        let prompt_cfg = match self.repo_id() {
-            Some(repo) => json!({
-                "model_name": "google/t5gemma-b-b-ul2", "max_length": 256, "padding_mode": "learned",
-                "repo_id": repo, "subfolder": "t5gemma-b-b-ul2"
-            }),
-            None => json!({
-                "model_name": "google/t5gemma-b-b-ul2", "max_length": 256, "padding_mode": "learned",
-                "model_path": "t5gemma-b-b-ul2"
-            }),
+        let name = match self {
+            Preset::Tiny => Preset::SmallMusic.name(),
+            p => p.name(),
         };
-        let mut attn = json!({ "qk_norm": "rms" });
-        if p.differential {
-            if let Some(o) = attn.as_object_mut() {
-                o.insert("differential".into(), json!(true));
-            }
+        let mut c = ModelConfig::preset_json(name).unwrap_or(Value::Null);
+        if self == Preset::Tiny {
+            shrink_to_tiny(&mut c);
         }
-        json!({
-            "model_type": "diffusion_cond",
-            "sample_size": p.sample_size,
-            "sample_rate": 44100,
-            "audio_channels": 2,
-            "model": {
-                "io_channels": p.latent,
-                "pretransform": {
-                    "type": "autoencoder", "chunked": true, "iterate_batch": false,
-                    "config": {
-                        "encoder": { "type": "same", "config": enc },
-                        "decoder": { "type": "same", "config": dec, "soft_clip": false },
-                        "bottleneck": { "type": "softnorm", "config": {
-                            "dim": p.latent, "noise_augment_dim": 0, "noise_regularize": true,
-                            "auto_scale": true, "freeze": true } },
-                        "pretransform": { "type": "patched", "config": { "channels": 2, "patch_size": p.patch } },
-                        "latent_dim": p.latent,
-                        "downsampling_ratio": p.patch * 16,
-                        "io_channels": 2
-                    }
-                },
-                "conditioning": {
-                    "configs": [
-                        { "id": "prompt", "type": "t5gemma", "config": prompt_cfg },
-                        { "id": "seconds_total", "type": "number", "config": {
-                            "min_val": 0, "max_val": 384, "fourier_features_type": "expo" } }
-                    ],
-                    "cond_dim": 768
-                },
-                "diffusion": {
-                    "diffusion_objective": "rf_denoiser",
-                    "cross_attention_cond_ids": ["prompt", "seconds_total"],
-                    "global_cond_ids": ["seconds_total"],
-                    "local_add_cond_ids": ["inpaint_mask", "inpaint_masked_input"],
-                    "mask_padding_attention": true,
-                    "use_effective_length_for_schedule": true,
-                    "type": "dit",
-                    "config": {
-                        "io_channels": p.latent, "patch_size": 1, "embed_dim": p.embed, "depth": p.depth,
-                        "num_heads": p.embed / 64, "cond_token_dim": 768, "project_cond_tokens": true,
-                        "global_cond_dim": 768, "project_global_cond": true,
-                        "transformer_type": "continuous_transformer", "global_cond_type": "adaLN",
-                        "timestep_features_type": "expo", "timestep_features_dim": 256,
-                        "timestep_features_logsnr": false, "num_memory_tokens": p.memory,
-                        "local_add_cond_dim": p.latent + 1, "norm_type": "rms_norm",
-                        "norm_kwargs": { "force_fp32": true }, "attn_kwargs": attn,
-                        "ff_kwargs": { "mult": 4 }
-                    }
-                }
-            }
-        })
+        c
     }
 
     /// The preset's T5Gemma `config.json` (encoder and decoder sub-configs, as bundled).
@@ -190,66 +112,34 @@ impl Preset {
     }
 }
 
-struct Dims {
-    embed: usize,
-    depth: usize,
-    memory: usize,
-    differential: bool,
-    latent: usize,
-    patch: usize,
-    same_channels: usize,
-    same_mult: usize,
-    same_depth: usize,
-    sliding: bool,
-    sinusoidal: usize,
-    sample_size: usize,
-}
-
-fn dims(p: Preset) -> Dims {
-    match p {
-        Preset::SmallMusic | Preset::SmallSfx => Dims {
-            embed: 1024,
-            depth: 20,
-            memory: 64,
-            differential: false,
-            latent: 256,
-            patch: 256,
-            same_channels: 128,
-            same_mult: 6,
-            same_depth: 6,
-            sliding: false,
-            sinusoidal: 0,
-            sample_size: 5_292_032,
-        },
-        Preset::Medium => Dims {
-            embed: 1536,
-            depth: 24,
-            memory: 64,
-            differential: true,
-            latent: 256,
-            patch: 256,
-            same_channels: 256,
-            same_mult: 6,
-            same_depth: 12,
-            sliding: true,
-            sinusoidal: 8,
-            sample_size: 16_777_216,
-        },
-        Preset::Tiny => Dims {
-            embed: 128,
-            depth: 2,
-            memory: 4,
-            differential: false,
-            latent: 16,
-            patch: 256,
-            same_channels: 32,
-            same_mult: 4,
-            same_depth: 2,
-            sliding: false,
-            sinusoidal: 0,
-            sample_size: 1_327_104,
-        },
+/// Turn the small-music configuration into the tiny one (DiT 128×2 with 2 heads and 4 memory
+/// tokens, SAME 32 channels × 4 with 2 blocks, 16 latent channels, 30 s of audio).
+fn shrink_to_tiny(c: &mut Value) {
+    const LATENT: usize = 16;
+    c["sample_size"] = json!(1_327_104);
+    let m = &mut c["model"];
+    m["io_channels"] = json!(LATENT);
+    let ae = &mut m["pretransform"]["config"];
+    for side in ["encoder", "decoder"] {
+        let s = &mut ae[side]["config"];
+        s["channels"] = json!(32);
+        s["c_mults"] = json!([4]);
+        s["latent_dim"] = json!(LATENT);
+        s["transformer_depths"] = json!([2]);
     }
+    ae["bottleneck"]["config"]["dim"] = json!(LATENT);
+    ae["latent_dim"] = json!(LATENT);
+    m["conditioning"]["configs"][0]["config"] = json!({
+        "model_name": "google/t5gemma-b-b-ul2", "max_length": 256, "padding_mode": "learned",
+        "model_path": "t5gemma-b-b-ul2"
+    });
+    let d = &mut m["diffusion"]["config"];
+    d["io_channels"] = json!(LATENT);
+    d["embed_dim"] = json!(128);
+    d["depth"] = json!(2);
+    d["num_heads"] = json!(2);
+    d["num_memory_tokens"] = json!(4);
+    d["local_add_cond_dim"] = json!(LATENT + 1);
 }
 
 /// A byte-level stand-in for the Gemma `tokenizer.json`: ids = `[2 (<bos>)] + [4 + byte, …]`,

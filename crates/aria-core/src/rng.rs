@@ -1,0 +1,123 @@
+//! Portable pseudo-random building blocks shared by the noise sources of the model crates and
+//! the random-checkpoint writer: a seed gives the same stream on every platform and with every
+//! dependency version, so a seed written in a log reproduces the same numbers everywhere.
+//!
+//! - [`splitmix64`] / [`SplitMix64`]: SplitMix64 (Steele, Lea, Flood 2014). Each step adds
+//!   `0x9E3779B97F4A7C15` to the 64-bit state and returns the state passed through the
+//!   finaliser `z ^= z >> 30; z *= 0xBF58476D1CE4E5B9; z ^= z >> 27; z *= 0x94D049BB133111EB;
+//!   z ^= z >> 31` (wrapping products). The first output of seed `s` is the finaliser of
+//!   `s + 0x9E3779B97F4A7C15`.
+//! - [`Xoshiro256pp`]: xoshiro256++ (Blackman, Vigna 2019), state `[s0, s1, s2, s3]` filled with
+//!   the first four SplitMix64 outputs of the seed; each step returns
+//!   `rotl(s0 + s3, 23) + s0` and then advances the state.
+//! - [`box_muller`]: the Box–Muller transform in f64 of two uniforms `u1 ∈ (0, 1]`,
+//!   `u2 ∈ [0, 1)`: with `r = sqrt(−2 ln u1)` and `a = 2π·u2`, the pair `(r·cos a, r·sin a)`,
+//!   each rounded to f32. The Gaussian generators that use it return the cosine value first
+//!   and the sine value on the next call; how each maps 64-bit words to `u1` and `u2` is part of
+//!   its own documented stream.
+
+/// One SplitMix64 step on `state` (see the module docs): advances the state, returns the next
+/// output.
+pub fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The SplitMix64 generator: its state is the seed, each output one [`splitmix64`] step.
+#[derive(Debug, Clone)]
+pub struct SplitMix64 {
+    state: u64,
+}
+
+impl SplitMix64 {
+    /// A generator whose state starts at `seed`.
+    pub fn new(seed: u64) -> Self {
+        SplitMix64 { state: seed }
+    }
+
+    /// The next 64-bit output.
+    pub fn next_u64(&mut self) -> u64 {
+        splitmix64(&mut self.state)
+    }
+}
+
+/// The xoshiro256++ generator, seeded through SplitMix64 (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Xoshiro256pp {
+    s: [u64; 4],
+}
+
+impl Xoshiro256pp {
+    /// A generator whose state is the first four SplitMix64 outputs of `seed`.
+    pub fn new(seed: u64) -> Self {
+        let mut sm = seed;
+        Xoshiro256pp {
+            s: [
+                splitmix64(&mut sm),
+                splitmix64(&mut sm),
+                splitmix64(&mut sm),
+                splitmix64(&mut sm),
+            ],
+        }
+    }
+
+    /// The next 64-bit output.
+    pub fn next_u64(&mut self) -> u64 {
+        let s = &mut self.s;
+        let r = s[0].wrapping_add(s[3]).rotate_left(23).wrapping_add(s[0]);
+        let t = s[1] << 17;
+        s[2] ^= s[0];
+        s[3] ^= s[1];
+        s[1] ^= s[2];
+        s[0] ^= s[3];
+        s[2] ^= t;
+        s[3] = s[3].rotate_left(45);
+        r
+    }
+}
+
+/// The Box–Muller transform of `u1 ∈ (0, 1]` and `u2 ∈ [0, 1)` in f64: two independent
+/// standard-normal values `(r·cos 2πu2, r·sin 2πu2)` with `r = sqrt(−2 ln u1)`, rounded to f32.
+pub fn box_muller(u1: f64, u2: f64) -> (f32, f32) {
+    let r = (-2.0 * u1.ln()).sqrt();
+    let a = 2.0 * std::f64::consts::PI * u2;
+    ((r * a.cos()) as f32, (r * a.sin()) as f32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Values recorded from the generators as the model crates implemented them before they
+    // shared this module; the streams must never change.
+    #[test]
+    fn splitmix64_stream_is_pinned() {
+        let mut g = SplitMix64::new(0);
+        let got: Vec<u64> = (0..3).map(|_| g.next_u64()).collect();
+        assert_eq!(
+            got,
+            [0xe220a8397b1dcdaf, 0x6e789e6aa1b965f4, 0x06c45d188009454f]
+        );
+    }
+
+    #[test]
+    fn xoshiro256pp_stream_is_pinned() {
+        let mut g = Xoshiro256pp::new(7);
+        let got: Vec<u64> = (0..3).map(|_| g.next_u64()).collect();
+        assert_eq!(
+            got,
+            [0x0e2c1a002aae913d, 0x2c0fc8ddfa4e9e14, 0xb7b311b3b0d45872]
+        );
+    }
+
+    #[test]
+    fn box_muller_of_simple_uniforms() {
+        let (c, s) = box_muller(1.0, 0.25);
+        assert_eq!((c, s), (0.0, 0.0));
+        let (c, s) = box_muller((-0.5f64).exp(), 0.0);
+        assert!((c - 1.0).abs() < 1e-6 && s == 0.0, "{c} {s}");
+    }
+}
