@@ -4,20 +4,10 @@ use super::{f32_data, require_float};
 use crate::cpu::gemm::{gemm, BSrc, WData};
 use crate::{backend::Device, cpu, threads, CoreError, Result, Tensor};
 
-/// `y = x·Wᵀ + b`: `x [.., K]` (f32), `w [N, K]` (f32, f16 or bf16, e.g. memory-mapped),
-/// `b [N]`; returns `[.., N]` f32. Runs on the backend `x` lives on.
-///
-/// On the CPU, weight panels are converted to f32 while they are packed, so f16/bf16 weights
-/// cost no extra memory; each output is `Σ_k x·w` accumulated in K order (FMA on SIMD paths)
-/// plus the bias.
-pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
-    if let Device::Backend(be) = x.device() {
-        return be.linear(x, w, b);
-    }
-    require_float("linear", x)?;
-    require_float("linear", w)?;
-    let xs = x.shape();
-    let ws = w.shape();
+/// Check the shapes of a [`linear`] call (`x [.., K]`, `w [N, K]`, `b [N]`) and return
+/// `(M, K, N)` with `M` the product of `x`'s leading dimensions. Shared by every backend.
+pub fn linear_dims(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<(usize, usize, usize)> {
+    let (xs, ws) = (x.shape(), w.shape());
     let k = *xs
         .last()
         .ok_or_else(|| CoreError::shape("linear", "x is a scalar", &[xs, ws]))?;
@@ -38,7 +28,23 @@ pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
             ));
         }
     }
-    let m: usize = xs[..xs.len() - 1].iter().product();
+    Ok((xs[..xs.len() - 1].iter().product(), k, n))
+}
+
+/// `y = x·Wᵀ + b`: `x [.., K]` (f32), `w [N, K]` (f32, f16 or bf16, e.g. memory-mapped),
+/// `b [N]`; returns `[.., N]` f32. Runs on the backend `x` lives on.
+///
+/// On the CPU, weight panels are converted to f32 while they are packed, so f16/bf16 weights
+/// cost no extra memory; each output is `Σ_k x·w` accumulated in K order (FMA on SIMD paths)
+/// plus the bias.
+pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    if let Device::Backend(be) = x.device() {
+        return be.linear(x, w, b);
+    }
+    require_float("linear", x)?;
+    require_float("linear", w)?;
+    let xs = x.shape();
+    let (m, k, n) = linear_dims(x, w, b)?;
     let xd = f32_data(x)?;
     let wc = w.contiguous()?;
     let wd = WData::of("linear", &wc)?;

@@ -16,7 +16,7 @@ pub use elementwise::{
     add, add_scalar, affine, binary_map, div, embedding, gelu, gelu_tanh, glu, map, mul,
     mul_scalar, rope, rope_tables, sigmoid, silu, sin_pi, softmax_last, sub, tanh, GluAct,
 };
-pub use linear::{linear, matmul};
+pub use linear::{linear, linear_dims, matmul};
 pub use norm::{dyt, layer_norm, rms_norm, RmsStyle};
 
 use crate::{CoreError, DType, Result, Tensor};

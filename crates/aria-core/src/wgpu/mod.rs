@@ -337,31 +337,8 @@ impl Backend for WgpuBackend {
     }
 
     fn linear(&self, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
-        let (xs, ws) = (x.shape(), w.shape());
-        let k = *xs
-            .last()
-            .ok_or_else(|| CoreError::shape("linear", "x is a scalar", &[xs, ws]))?;
-        if ws.len() != 2 || ws[1] != k {
-            return Err(CoreError::shape(
-                "linear",
-                "w must be [N, K] with K = x's last dim",
-                &[xs, ws],
-            ));
-        }
-        let n = ws[0];
-        if let Some(b) = b {
-            if b.shape() != [n] {
-                return Err(CoreError::shape(
-                    "linear",
-                    "bias must be [N]",
-                    &[xs, ws, b.shape()],
-                ));
-            }
-        }
-        let m = x
-            .elem_count()
-            .checked_div(k)
-            .unwrap_or_else(|| xs[..xs.len() - 1].iter().product());
+        let xs = x.shape();
+        let (m, k, n) = crate::ops::linear_dims(x, w, b)?;
         let mut shape = xs.to_vec();
         if let Some(last) = shape.last_mut() {
             *last = n;
