@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use aria::discover::{resolve_model, ModelFiles, SearchPaths};
 use aria::noise::{NoiseSource, RecordingNoise, ReplayNoise, SeededNoise};
-use aria::pipeline::{Event, GenerateRequest, InitAudio, Inpaint, LoadOptions, Pipeline};
+use aria::pipeline::{
+    Event, GenerateRequest, InitAudio, Inpaint, LoadOptions, Pipeline, Precision,
+};
 use aria::synth::{self, Preset};
 use aria::SamplerKind;
 use aria::{Error, Result};
@@ -34,7 +36,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Generate audio from a prompt (without --model: the random-weight demo model).
-    Generate(GenerateArgs),
+    Generate(Box<GenerateArgs>),
     /// Build a tiny random-weight model and generate from it (no download; the output is noise).
     Demo(DemoArgs),
     /// Encode an audio file to latents (safetensors, tensor `latents`).
@@ -120,6 +122,10 @@ struct GenerateArgs {
     /// Write 16-bit PCM instead of 32-bit float.
     #[arg(long)]
     pcm16: bool,
+    /// Text-encoder arithmetic: `bf16` reproduces the official (bf16) conditioning bit for
+    /// bit, `f32` is closer to exact arithmetic (default: what the model folder asks for).
+    #[arg(long, value_parser = ["bf16", "f32"])]
+    text_precision: Option<String>,
 }
 
 #[derive(Args)]
@@ -347,6 +353,10 @@ fn generate(args: &GenerateArgs, ui: &Ui) -> Result<()> {
         &args.model.model,
         &LoadOptions {
             loras,
+            text_precision: args.text_precision.as_deref().map(|p| match p {
+                "f32" => Precision::F32,
+                _ => Precision::Bf16,
+            }),
             ..Default::default()
         },
         ui,
@@ -464,6 +474,7 @@ fn demo(args: &DemoArgs, ui: &Ui) -> Result<()> {
         latents_out: None,
         output: args.output.clone(),
         pcm16: false,
+        text_precision: None,
     };
     generate(&g, ui)
 }

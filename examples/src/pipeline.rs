@@ -13,6 +13,7 @@ use aria_dit::conditioner::{Conditioning, TextConditioner};
 use aria_dit::config::ModelConfig;
 use aria_dit::dit::Dit;
 use aria_dit::lora::{LoraFile, LoraStack};
+pub use aria_dit::t5gemma::Precision;
 
 use crate::discover::ModelFiles;
 use crate::noise::NoiseSource;
@@ -56,6 +57,10 @@ pub struct LoadOptions {
     pub same_noise: Option<SameNoise>,
     /// Decode in the official 128-latent chunks (`None`: as `model.pretransform.chunked` says).
     pub chunked_decode: Option<bool>,
+    /// Arithmetic of the text encoder (`None`: what the reference uses for the folder, i.e.
+    /// its bf16 arithmetic for the released bf16 T5Gemma, which reproduces the official
+    /// conditioning bit for bit; `F32` is closer to exact arithmetic).
+    pub text_precision: Option<Precision>,
 }
 
 /// Audio to start from (audio-to-audio).
@@ -223,7 +228,10 @@ impl Pipeline {
         let weights = WeightLoader::open_checkpoint(&files.weights)?;
         let dit = Dit::load(&config.model.diffusion.config, &weights.pp("model.model"))?;
         let ae = Autoencoder::load(&ae_cfg, &weights).map_err(codec)?;
-        let text = TextConditioner::load(&config, &weights)?;
+        let mut text = TextConditioner::load(&config, &weights)?;
+        if let Some(p) = opts.text_precision {
+            text.prompt_mut().encoder_mut().set_precision(p);
+        }
         let enc = &config.model.pretransform["config"]["encoder"]["config"];
         let chunk = enc.get("chunk_size").and_then(|v| v.as_u64()).unwrap_or(32) as usize;
         let stride = ae_cfg.encoder.strides.first().copied().unwrap_or(16).max(1);

@@ -2,17 +2,83 @@
 //! and its masking invariants.
 #![allow(clippy::unwrap_used)]
 
+use aria_core::cpu::{with_isa, Isa};
 use aria_core::fixtures::{assert_close, fixture, fixture_tensors, rel_err};
 use aria_core::{DType, Tensor};
-use aria_dit::t5gemma::{AttnImplementation, T5GemmaEncoder};
+use aria_dit::t5gemma::{AttnImplementation, Precision, T5GemmaEncoder};
 use aria_dit::tokenizer::TokenBatch;
 
 const TOL: f32 = 5e-6;
 
-fn load(model: &str) -> Option<(T5GemmaEncoder, aria_core::WeightLoader)> {
+/// The encoder as the folder configures it (bf16 reference arithmetic) and the text fixtures.
+fn load_default(model: &str) -> Option<(T5GemmaEncoder, aria_core::WeightLoader)> {
     let dir = fixture(&format!("{model}/t5gemma-b-b-ul2"))?;
     let t = fixture_tensors(&format!("{model}/text.safetensors"))?.unwrap();
     Some((T5GemmaEncoder::load(dir).unwrap(), t))
+}
+
+/// The encoder computing in f32.
+fn load(model: &str) -> Option<(T5GemmaEncoder, aria_core::WeightLoader)> {
+    let (mut enc, t) = load_default(model)?;
+    enc.set_precision(Precision::F32);
+    Some((enc, t))
+}
+
+/// The folder says `dtype: bfloat16`, so the encoder reproduces the reference's bf16 arithmetic
+/// by default, and its `last_hidden_state` is the reference's bit for bit.
+fn bf16_default(model: &str) {
+    let Some((enc, t)) = load_default(model) else {
+        return;
+    };
+    assert_eq!(enc.precision(), Precision::Bf16);
+    assert!(enc.weights_mapped());
+    let ids = t.get_any("input_ids").unwrap();
+    let mask = t.get_any("attention_mask").unwrap();
+    let want = get(&t, "t5_last_hidden.default").to_vec_f32().unwrap();
+    let mut out = Vec::new();
+    // Every kernel path this CPU runs gives the same bits.
+    for isa in Isa::available() {
+        out = with_isa(isa, || enc.forward(&ids, &mask))
+            .unwrap()
+            .to_vec_f32()
+            .unwrap();
+        assert_eq!(out.len(), want.len());
+        let differ = out.iter().zip(&want).filter(|(a, b)| a != b).count();
+        assert_eq!(
+            differ,
+            0,
+            "{model} ({isa:?}): {differ} of {} elements differ from the bf16 reference (rel {:.2e})",
+            out.len(),
+            rel_err(&out, &want)
+        );
+    }
+    // And it is not the f32 result: the two differ by ~1e-2.
+    let f32_ref = get(&t, "t5_last_hidden.fp32_sdpa").to_vec_f32().unwrap();
+    assert!(rel_err(&out, &f32_ref) > 1e-3);
+}
+
+#[test]
+fn t5_bf16_default_is_bit_exact_small() {
+    bf16_default("sa3-tiny");
+}
+
+#[test]
+fn t5_bf16_default_is_bit_exact_medium() {
+    bf16_default("sa3-tiny-medium");
+}
+
+/// The bf16 path reproduces SDPA only: asking it for the eager soft-cap is an error, not a
+/// silently different result.
+#[test]
+fn t5_bf16_rejects_eager() {
+    let Some((mut enc, t)) = load_default("sa3-tiny") else {
+        return;
+    };
+    enc.set_attn_implementation(AttnImplementation::Eager);
+    let ids = t.get_any("input_ids").unwrap();
+    let mask = t.get_any("attention_mask").unwrap();
+    let e = enc.forward(&ids, &mask).unwrap_err().to_string();
+    assert!(e.contains("soft-cap"), "{e}");
 }
 
 fn get(t: &aria_core::WeightLoader, name: &str) -> Tensor {
@@ -37,7 +103,7 @@ fn parity(model: &str) {
         &get(&t, "t5_last_hidden.fp32_sdpa"),
         TOL,
     );
-    // The bf16 default path only loosely.
+    // The bf16 default path only loosely in f32.
     assert_close(
         &format!("{model} t5 default (bf16)"),
         &out,

@@ -9,6 +9,7 @@ mod conv;
 mod elementwise;
 mod linear;
 mod norm;
+pub mod torch_bf16;
 
 pub use attention::{attention, attention_diff, AttnOpts, KeyMaskMode};
 pub use conv::{conv1d, weight_norm};

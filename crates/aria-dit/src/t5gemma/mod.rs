@@ -11,7 +11,16 @@
 //! All dimensions are read from the folder's `config.json` (`encoder` sub-config). Weights stay
 //! in the file's dtype (bf16 for released models) in the memory map: each matrix product
 //! converts weight panels on the fly, and the embedding gathers only the requested rows, so no
-//! f32 copy of the model is kept. Compute is f32.
+//! f32 copy of the model is kept.
+//!
+//! **Compute precision.** The reference loads the encoder with transformers' `dtype="auto"`:
+//! the `dtype` (or `torch_dtype`) of `config.json`, else the weights' dtype — bf16 for the
+//! released folder — and computes in it. [`Precision::Bf16`] reproduces that arithmetic
+//! (f32 kernels, every result rounded to bf16 where PyTorch's CPU kernels round, see
+//! [`bf16`]); it is the default when the folder says bf16, so a whole `generate()` can be
+//! replayed exactly. [`Precision::F32`] computes in f32 throughout: closer to exact arithmetic
+//! (the bf16 path differs from an fp64 evaluation by ~1e-2 relative, f32 by ~1e-5), at the
+//! same speed. [`T5GemmaEncoder::set_precision`] chooses.
 //!
 //! **Attention implementation and the logit soft-cap.** The reference loads the encoder with
 //! the transformers default attention implementation, SDPA, which silently ignores
@@ -34,6 +43,18 @@ use serde_json::Value;
 
 use crate::tokenizer::TokenBatch;
 use crate::{DitError, Result};
+
+pub mod bf16;
+
+/// The arithmetic the encoder computes in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    /// f32 throughout.
+    #[default]
+    F32,
+    /// The reference's bf16 arithmetic on the CPU (see [`bf16`]).
+    Bf16,
+}
 
 /// Which attention implementation the reference would use (decides the logit soft-cap).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -87,6 +108,10 @@ pub struct T5GemmaConfig {
     pub attention_bias: bool,
     /// `attn_implementation` of the file (absent ⇒ SDPA).
     pub attn_implementation: AttnImplementation,
+    /// The compute dtype the file asks for (`dtype` / `torch_dtype`, top level or `encoder`):
+    /// `Some(Bf16)` for `bfloat16`, `Some(F32)` for `float32`, `None` when absent (the
+    /// weights' dtype decides).
+    pub dtype: Option<Precision>,
 }
 
 fn cfg_err(path: &Path, reason: String) -> DitError {
@@ -224,6 +249,23 @@ impl T5GemmaConfig {
                 }
             },
         };
+        let dt = ["dtype", "torch_dtype"]
+            .iter()
+            .find_map(|k| root.get(*k).or_else(|| enc.get(*k)))
+            .filter(|v| !v.is_null());
+        let dtype = match dt {
+            None => None,
+            Some(v) => match v.as_str() {
+                Some("bfloat16") => Some(Precision::Bf16),
+                Some("float32") => Some(Precision::F32),
+                _ => {
+                    return Err(cfg_err(
+                        path,
+                        format!("`dtype`: {v} is not supported (`bfloat16` or `float32`)"),
+                    ))
+                }
+            },
+        };
         if num_attention_heads == 0
             || num_key_value_heads == 0
             || num_attention_heads % num_key_value_heads != 0
@@ -254,6 +296,7 @@ impl T5GemmaConfig {
             layer_types,
             attention_bias,
             attn_implementation,
+            dtype,
         })
     }
 
@@ -303,6 +346,7 @@ pub struct T5GemmaEncoder {
     norm: Tensor,
     inv_freq: Tensor,
     attn_impl: AttnImplementation,
+    precision: Precision,
 }
 
 /// Find the encoder's name prefix by the suffix `embed_tokens.weight` (decoder tensors skipped).
@@ -412,8 +456,14 @@ impl T5GemmaEncoder {
         let norm = norm_w("norm.weight")?;
         let inv = cfg.rope_inv_freq();
         let inv_freq = Tensor::from_vec(inv.clone(), &[inv.len()])?;
+        let precision = cfg.dtype.unwrap_or(if embed.dtype() == DType::BF16 {
+            Precision::Bf16
+        } else {
+            Precision::F32
+        });
         Ok(T5GemmaEncoder {
             attn_impl: cfg.attn_implementation,
+            precision,
             cfg,
             folder: folder.to_path_buf(),
             embed,
@@ -454,6 +504,16 @@ impl T5GemmaEncoder {
         self.attn_impl = imp;
     }
 
+    /// The compute precision in use (by default the one the folder's reference would use).
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// Choose the compute precision.
+    pub fn set_precision(&mut self, p: Precision) {
+        self.precision = p;
+    }
+
     /// The logit soft-cap applied by the current implementation.
     pub fn softcap(&self) -> Option<f32> {
         match self.attn_impl {
@@ -489,23 +549,88 @@ impl T5GemmaEncoder {
             c.num_key_value_heads,
             c.head_dim,
         );
-        let mut x = ops::mul_scalar(&ops::embedding(ids, &self.embed)?, c.normalizer())?;
+        let bf = self.precision == Precision::Bf16;
+        // The result of every operation, rounded to bf16 on the bf16 path.
+        let r = |t: Tensor| -> Result<Tensor> {
+            if bf {
+                bf16::round_tensor(&t)
+            } else {
+                Ok(t)
+            }
+        };
+        // `hidden_size ** 0.5` as a tensor of the compute dtype.
+        let normalizer = if bf {
+            bf16::round(c.normalizer())
+        } else {
+            c.normalizer()
+        };
+        let mut x = r(ops::mul_scalar(
+            &ops::embedding(ids, &self.embed)?,
+            normalizer,
+        )?)?;
         let (cos, sin) = ops::rope_tables(&self.inv_freq, l)?;
+        let (cos_b, sin_b) = if bf {
+            let round = |t: &Tensor| -> Result<Vec<f32>> {
+                Ok(t.to_vec_f32()?.into_iter().map(bf16::round).collect())
+            };
+            (round(&cos)?, round(&sin)?)
+        } else {
+            (Vec::new(), Vec::new())
+        };
         let scale = c.query_pre_attn_scalar.powf(-0.5) as f32;
         let eps = c.rms_norm_eps;
         let softcap = self.softcap();
+        if bf && softcap.is_some() {
+            return Err(DitError::Input {
+                what: "T5Gemma".into(),
+                reason: "the bf16 path reproduces SDPA attention (no logit soft-cap); \
+                         use f32 precision for the eager implementation"
+                    .into(),
+            });
+        }
+        if bf && l > bf16::MAX_KEYS {
+            return Err(DitError::Input {
+                what: "T5Gemma".into(),
+                reason: format!(
+                    "the bf16 path reproduces one {}-key block of the reference's attention; \
+                     {l} tokens need f32 precision",
+                    bf16::MAX_KEYS
+                ),
+            });
+        }
+        let mask_v: Vec<f32> = if bf { mask.to_vec_f32()? } else { Vec::new() };
+        let norm = |t: &Tensor, w: &Tensor| -> Result<Tensor> {
+            if bf {
+                bf16::rms_norm(t, w, eps)
+            } else {
+                Ok(ops::rms_norm(t, Some(w), eps, RmsStyle::OnePlus)?)
+            }
+        };
+        let lin = |t: &Tensor, w: &Tensor, bias: Option<&Tensor>| -> Result<Tensor> {
+            if bf {
+                Ok(bf16::linear(t, w, bias)?)
+            } else {
+                Ok(ops::linear(t, w, bias)?)
+            }
+        };
         for layer in &self.layers {
             // Self-attention block.
-            let u = ops::rms_norm(&x, Some(&layer.pre_attn), eps, RmsStyle::OnePlus)?;
+            let u = norm(&x, &layer.pre_attn)?;
             let bias = |i: usize| layer.qkv_bias.as_ref().map(|bs| &bs[i]);
             let heads = |t: Tensor, n: usize| -> Result<Tensor> {
                 Ok(t.reshape(&[b, l, n, hd])?.transpose(1, 2)?)
             };
-            let q = heads(ops::linear(&u, &layer.q, bias(0))?, nh)?;
-            let k = heads(ops::linear(&u, &layer.k, bias(1))?, nkv)?;
-            let v = heads(ops::linear(&u, &layer.v, bias(2))?, nkv)?;
-            let q = ops::rope(&q, &cos, &sin)?;
-            let k = ops::rope(&k, &cos, &sin)?;
+            let q = heads(lin(&u, &layer.q, bias(0))?, nh)?;
+            let k = heads(lin(&u, &layer.k, bias(1))?, nkv)?;
+            let v = heads(lin(&u, &layer.v, bias(2))?, nkv)?;
+            let (q, k) = if bf {
+                (
+                    bf16::rope(&q, &cos_b, &sin_b)?,
+                    bf16::rope(&k, &cos_b, &sin_b)?,
+                )
+            } else {
+                (ops::rope(&q, &cos, &sin)?, ops::rope(&k, &cos, &sin)?)
+            };
             let (k, v) = if nkv == nh {
                 (k, v)
             } else {
@@ -515,27 +640,39 @@ impl T5GemmaEncoder {
                 (LayerType::Sliding, Some(w)) if w > 0 && l > w => Some((w - 1, w - 1)),
                 _ => None,
             };
-            let opts = AttnOpts {
-                scale,
-                softcap,
-                key_mask: Some(mask),
-                mask_mode: KeyMaskMode::Exclude,
-                window,
+            let a = if bf {
+                let w = window.map_or(usize::MAX, |(lo, _)| lo);
+                bf16::attention(&q, &k, &v, scale, |bi, i, j| {
+                    mask_v[bi * l + j] != 0.0 && i.abs_diff(j) <= w
+                })?
+            } else {
+                let opts = AttnOpts {
+                    scale,
+                    softcap,
+                    key_mask: Some(mask),
+                    mask_mode: KeyMaskMode::Exclude,
+                    window,
+                };
+                ops::attention(&q, &k, &v, &opts)?
             };
-            let a = ops::attention(&q, &k, &v, &opts)?;
             let a = a.transpose(1, 2)?.contiguous()?.reshape(&[b, l, nh * hd])?;
-            let o = ops::linear(&a, &layer.o, bias(3))?;
-            let o = ops::rms_norm(&o, Some(&layer.post_attn), eps, RmsStyle::OnePlus)?;
-            x = ops::add(&x, &o)?;
+            let o = lin(&a, &layer.o, bias(3))?;
+            let o = norm(&o, &layer.post_attn)?;
+            x = r(ops::add(&x, &o)?)?;
             // Feed-forward block.
-            let u = ops::rms_norm(&x, Some(&layer.pre_ff), eps, RmsStyle::OnePlus)?;
-            let g = ops::gelu_tanh(&ops::linear(&u, &layer.gate, None)?)?;
-            let up = ops::linear(&u, &layer.up, None)?;
-            let f = ops::linear(&ops::mul(&g, &up)?, &layer.down, None)?;
-            let f = ops::rms_norm(&f, Some(&layer.post_ff), eps, RmsStyle::OnePlus)?;
-            x = ops::add(&x, &f)?;
+            let u = norm(&x, &layer.pre_ff)?;
+            let gate = lin(&u, &layer.gate, None)?;
+            let g = if bf {
+                bf16::gelu_tanh(&gate)?
+            } else {
+                ops::gelu_tanh(&gate)?
+            };
+            let up = lin(&u, &layer.up, None)?;
+            let f = lin(&r(ops::mul(&g, &up)?)?, &layer.down, None)?;
+            let f = norm(&f, &layer.post_ff)?;
+            x = r(ops::add(&x, &f)?)?;
         }
-        let out = ops::rms_norm(&x, Some(&self.norm), eps, RmsStyle::OnePlus)?;
+        let out = norm(&x, &self.norm)?;
         debug_assert_eq!(out.shape(), &[b, l, h]);
         Ok(out)
     }
