@@ -179,6 +179,22 @@ pub struct Generated {
     pub timings: Timings,
 }
 
+/// The result of a batched generation ([`Pipeline::generate_batch`]), shaped as the reference
+/// returns it.
+#[derive(Debug, Clone)]
+pub struct BatchGenerated {
+    /// Audio `[B, channels, samples]` clamped to [−1, 1], each item zeroed past its valid
+    /// latents; cropped to the duration when every item asks for the same one, full length
+    /// otherwise (as the reference does).
+    pub audio: Tensor,
+    /// Final latents `[B, C, T]`.
+    pub latents: Tensor,
+    /// Lengths of every item (sharing `samples` and `latents`).
+    pub lengths: Vec<Lengths>,
+    /// Time per stage.
+    pub timings: Timings,
+}
+
 /// A loaded SA3 model.
 pub struct Pipeline {
     files: ModelFiles,
@@ -314,11 +330,11 @@ impl Pipeline {
 
     /// Replace the duration token (last cross-attention token) and the global condition by the
     /// LoRA-merged duration embedding.
-    fn with_seconds_lora(&self, mut c: Conditioning, seconds: f32) -> Result<Conditioning> {
+    fn with_seconds_lora(&self, mut c: Conditioning, seconds: &[f32]) -> Result<Conditioning> {
         if self.seconds_lora.is_none() {
             return Ok(c);
         }
-        let e = self.seconds_embedding(&[seconds])?;
+        let e = self.seconds_embedding(seconds)?;
         let s = c.cross_attn_cond.shape().to_vec();
         let d = s[2];
         let mut v = c
@@ -327,8 +343,10 @@ impl Pipeline {
             .contiguous()?
             .to_vec_f32()?;
         let ev = e.to_vec_f32()?;
-        let last = (s[1] - 1) * d;
-        v[last..last + d].copy_from_slice(&ev);
+        for (bi, row) in ev.chunks_exact(d.max(1)).enumerate() {
+            let last = (bi * s[1] + s[1] - 1) * d;
+            v[last..last + d].copy_from_slice(row);
+        }
         c.cross_attn_cond = Tensor::from_vec(v, &s)?;
         c.global_cond = e;
         Ok(c)
@@ -484,15 +502,138 @@ impl Pipeline {
         noise: &mut dyn NoiseSource,
         on_event: &mut dyn FnMut(&Event) -> ControlFlow<()>,
     ) -> Result<Generated> {
+        let b = self.generate_batch(std::slice::from_ref(req), noise, on_event)?;
+        let lengths =
+            b.lengths.into_iter().next().ok_or_else(|| {
+                Error::Input("a generation of one request returned no item".into())
+            })?;
+        Ok(Generated {
+            audio: b.audio.squeeze(0)?,
+            latents: b.latents,
+            lengths,
+            timings: b.timings,
+        })
+    }
+
+    /// Check that batched requests agree on everything the reference shares across a batch
+    /// (steps, guidance, sampler, headroom, precomputed conditioning or not, negative prompts
+    /// or not) and carry no audio inputs.
+    fn validate_batch(&self, reqs: &[GenerateRequest]) -> Result<()> {
+        let first = reqs
+            .first()
+            .ok_or_else(|| Error::Input("a batch needs at least one request".into()))?;
+        for r in reqs {
+            self.validate(r)?;
+        }
+        if reqs.len() == 1 {
+            return Ok(());
+        }
+        for (i, r) in reqs.iter().enumerate().skip(1) {
+            let differs = |what: &str| {
+                Error::Input(format!(
+                    "batched request {i} differs from request 0 in {what}, which a batch shares"
+                ))
+            };
+            if r.steps != first.steps {
+                return Err(differs("steps"));
+            }
+            if r.cfg_scale != first.cfg_scale || r.apg_scale != first.apg_scale {
+                return Err(differs("the guidance scales"));
+            }
+            if r.sampler != first.sampler {
+                return Err(differs("the sampler"));
+            }
+            if r.duration_padding_sec != first.duration_padding_sec {
+                return Err(differs("the duration padding"));
+            }
+            if r.conditioning.is_some() != first.conditioning.is_some() {
+                return Err(differs("having precomputed conditioning"));
+            }
+            if r.negative_prompt.is_some() != first.negative_prompt.is_some() {
+                return Err(differs("having a negative prompt"));
+            }
+        }
+        if reqs
+            .iter()
+            .any(|r| r.init_audio.is_some() || r.inpaint.is_some())
+        {
+            return Err(Error::Input(
+                "audio-to-audio and inpainting run one request at a time, not in a batch".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The conditioning of a batch: precomputed (concatenated) or from the prompts.
+    fn batch_conditioning(
+        &self,
+        reqs: &[GenerateRequest],
+        use_cfg: bool,
+    ) -> Result<(Conditioning, Option<Conditioning>)> {
+        if reqs[0].conditioning.is_some() {
+            let mut pos = Vec::with_capacity(reqs.len());
+            let mut neg = Vec::with_capacity(reqs.len());
+            for r in reqs {
+                if let Some((c, n)) = &r.conditioning {
+                    pos.push(c.clone());
+                    neg.push(n.clone());
+                }
+            }
+            let neg = if neg.iter().all(Option::is_some) {
+                Some(concat_conditioning(
+                    &neg.into_iter().flatten().collect::<Vec<_>>(),
+                )?)
+            } else if neg.iter().all(Option::is_none) {
+                None
+            } else {
+                return Err(Error::Input(
+                    "batched precomputed conditioning: some items have a negative branch, \
+                     some do not"
+                        .into(),
+                ));
+            };
+            return Ok((concat_conditioning(&pos)?, neg));
+        }
+        let secs: Vec<f32> = reqs.iter().map(|r| r.seconds as f32).collect();
+        let prompts: Vec<&str> = reqs.iter().map(|r| r.prompt.as_str()).collect();
+        let c = self.text.conditioning(&prompts, &secs)?;
+        let c = self.with_seconds_lora(c, &secs)?;
+        let negs: Vec<&str> = reqs
+            .iter()
+            .filter_map(|r| r.negative_prompt.as_deref())
+            .collect();
+        let n = if use_cfg && negs.len() == reqs.len() {
+            Some(self.with_seconds_lora(self.text.negative(&negs, &secs)?, &secs)?)
+        } else {
+            None
+        };
+        Ok((c, n))
+    }
+
+    /// Run the reference `generate()` on a batch: lists of prompts, negative prompts and
+    /// durations, everything else shared (see [`GenerateRequest`]; audio inputs need a batch
+    /// of one). The latent length follows the longest duration; each item gets its own
+    /// padding mask, schedule and duration conditioning, and the draws have the batch as
+    /// their first dimension, as in the reference.
+    pub fn generate_batch(
+        &self,
+        reqs: &[GenerateRequest],
+        noise: &mut dyn NoiseSource,
+        on_event: &mut dyn FnMut(&Event) -> ControlFlow<()>,
+    ) -> Result<BatchGenerated> {
         let t_start = Instant::now();
-        self.validate(req)?;
+        self.validate_batch(reqs)?;
+        let req = &reqs[0];
+        let nb = reqs.len();
         let mut timings = Timings::default();
         let mut emit = |e: Event| match on_event(&e) {
             ControlFlow::Continue(()) => Ok(()),
             ControlFlow::Break(()) => Err(Error::Cancelled),
         };
         let g = self.geometry;
-        let lengths = g.lengths(req.seconds, req.duration_padding_sec);
+        let seconds: Vec<f64> = reqs.iter().map(|r| r.seconds).collect();
+        let all_lengths = g.batch_lengths(&seconds, req.duration_padding_sec);
+        let lengths = all_lengths[0];
         let (c, t) = (self.config.model.io_channels, lengths.latents);
 
         // Inpainting mask in the sample domain (1 = keep).
@@ -502,28 +643,18 @@ impl Pipeline {
             .map(|inp| g.inpaint_mask_samples(&lengths, &inp.ranges));
 
         // Initial noise, drawn right after seeding.
-        let x_noise = noise.draw(&[1, c, t], "initial noise")?;
+        let x_noise = noise.draw(&[nb, c, t], "initial noise")?;
 
         // Conditioning.
         let t0 = Instant::now();
         let use_cfg = req.cfg_scale != 1.0;
-        let (cond, neg) = match &req.conditioning {
-            Some((c, n)) => (c.clone(), n.clone()),
-            None => {
-                let secs = [req.seconds as f32];
-                let c = self.text.conditioning(&[req.prompt.as_str()], &secs)?;
-                let c = self.with_seconds_lora(c, secs[0])?;
-                let n =
-                    match (&req.negative_prompt, use_cfg) {
-                        (Some(np), true) => Some(self.with_seconds_lora(
-                            self.text.negative(&[np.as_str()], &secs)?,
-                            secs[0],
-                        )?),
-                        _ => None,
-                    };
-                (c, n)
-            }
-        };
+        let (cond, neg) = self.batch_conditioning(reqs, use_cfg)?;
+        if cond.batch() != nb {
+            return Err(Error::Input(format!(
+                "precomputed conditioning has batch {} for {nb} requests",
+                cond.batch()
+            )));
+        }
         timings.text = t0.elapsed();
         emit(Event::TextDone)?;
 
@@ -563,9 +694,14 @@ impl Pipeline {
                 }
             }
         }
-        let local = Tensor::from_vec(local, &[1, c + 1, t])?;
-        let pm = crate::plan::padding_mask(t, lengths.valid);
-        let padding_mask = Tensor::from_vec(pm.clone(), &[1, t])?;
+        // The same local condition for every item (zeros without inpainting).
+        let local: Vec<f32> = (0..nb).flat_map(|_| local.iter().copied()).collect();
+        let local = Tensor::from_vec(local, &[nb, c + 1, t])?;
+        let pm: Vec<f32> = all_lengths
+            .iter()
+            .flat_map(|l| crate::plan::padding_mask(t, l.valid))
+            .collect();
+        let padding_mask = Tensor::from_vec(pm.clone(), &[nb, t])?;
 
         // Sampling.
         let sigma_max = req.init_audio.as_ref().map_or(1.0, |i| i.noise_level);
@@ -593,12 +729,11 @@ impl Pipeline {
                 .sampling_distribution_shift_options
                 .as_ref(),
         )?;
-        let schedule = Schedule::build(
-            req.steps,
-            sigma_max,
-            &shift,
-            &[lengths.effective.max(1) as f32],
-        )?;
+        let eff: Vec<f32> = all_lengths
+            .iter()
+            .map(|l| l.effective.max(1) as f32)
+            .collect();
+        let schedule = Schedule::build(req.steps, sigma_max, &shift, &eff)?;
         let dcond = DitConditioning {
             cross_attn_cond: &cond.cross_attn_cond,
             global_cond: &cond.global_cond,
@@ -667,28 +802,50 @@ impl Pipeline {
         let ratio = g.downsampling_ratio;
         let (ch, len) = (audio.shape()[1], audio.shape()[2]);
         let mut a = audio.to_vec_f32()?;
-        for row in a.chunks_mut(len) {
+        for (r, row) in a.chunks_mut(len.max(1)).enumerate() {
+            let item_pm = &pm[(r / ch) * t..(r / ch + 1) * t];
             for (i, v) in row.iter_mut().enumerate() {
-                let valid = pm.get(i / ratio).copied().unwrap_or(0.0);
+                let valid = item_pm.get(i / ratio).copied().unwrap_or(0.0);
                 *v = (*v * valid).clamp(-1.0, 1.0);
             }
         }
-        let out_len = lengths.output_samples.min(len);
-        let mut cropped = Vec::with_capacity(ch * out_len);
-        for row in a.chunks(len) {
+        // Cropped to the duration when all items share one, as the reference does.
+        let same = all_lengths
+            .iter()
+            .all(|l| l.output_samples == lengths.output_samples);
+        let out_len = if same {
+            lengths.output_samples.min(len)
+        } else {
+            len
+        };
+        let mut cropped = Vec::with_capacity(nb * ch * out_len);
+        for row in a.chunks(len.max(1)) {
             cropped.extend_from_slice(&row[..out_len]);
         }
-        let audio = Tensor::from_vec(cropped, &[ch, out_len])?;
+        let audio = Tensor::from_vec(cropped, &[nb, ch, out_len])?;
         timings.decode = t0.elapsed();
         emit(Event::Decoded)?;
         timings.total = t_start.elapsed();
-        Ok(Generated {
+        Ok(BatchGenerated {
             audio,
             latents,
-            lengths,
+            lengths: all_lengths,
             timings,
         })
     }
+}
+
+/// Concatenate conditionings along the batch.
+fn concat_conditioning(cs: &[Conditioning]) -> Result<Conditioning> {
+    let cat = |f: fn(&Conditioning) -> &Tensor| -> Result<Tensor> {
+        let parts: Vec<&Tensor> = cs.iter().map(f).collect();
+        Ok(Tensor::cat(&parts, 0)?)
+    };
+    Ok(Conditioning {
+        cross_attn_cond: cat(|c| &c.cross_attn_cond)?,
+        cross_attn_mask: cat(|c| &c.cross_attn_mask)?,
+        global_cond: cat(|c| &c.global_cond)?,
+    })
 }
 
 fn codec(e: aria_codec::CodecError) -> Error {

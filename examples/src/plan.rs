@@ -68,6 +68,29 @@ impl Geometry {
         }
     }
 
+    /// [`Self::lengths`] of a batch: the latent length of the longest duration for every
+    /// item, each with its own effective, valid and output lengths.
+    pub fn batch_lengths(&self, seconds: &[f64], padding_sec: f64) -> Vec<Lengths> {
+        let longest = seconds.iter().copied().fold(0f64, f64::max);
+        let shared = self.lengths(longest, padding_sec);
+        let headroom = py_int(
+            padding_sec * f64::from(self.sample_rate) / self.downsampling_ratio.max(1) as f64,
+        );
+        seconds
+            .iter()
+            .map(|&s| {
+                let own = self.lengths(s, padding_sec);
+                Lengths {
+                    samples: shared.samples,
+                    latents: shared.latents,
+                    effective: own.effective,
+                    valid: (own.effective + headroom).min(shared.latents),
+                    output_samples: own.output_samples,
+                }
+            })
+            .collect()
+    }
+
     /// The sample-domain inpainting mask (1 = keep, 0 = regenerate) of length `lengths.samples`:
     /// zeros on every `[int(start·sr), int(end·sr))` range and after `int(seconds·sr)`.
     pub fn inpaint_mask_samples(&self, lengths: &Lengths, ranges: &[(f64, f64)]) -> Vec<f32> {

@@ -338,3 +338,35 @@ fn lora_that_does_not_fit() {
         "none.safetensors",
     );
 }
+
+/// `--text-precision`: the folder's bf16 text encoder is the default; f32 gives other latents.
+#[test]
+fn text_precision_flag() {
+    let d = tmp("precision");
+    let m = model();
+    let m = m.to_str().unwrap();
+    let p = |f: &str| d.join(f).display().to_string();
+    let run = |extra: &[&str], lat: &str| {
+        let mut e = vec!["--seconds", "0.3", "--latents-out", lat];
+        e.extend_from_slice(extra);
+        let out = aria(&gen_args(m, &p("o.wav"), &e), &d);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        aria_core::WeightLoader::open(&[lat])
+            .unwrap()
+            .get_any("latents")
+            .unwrap()
+            .to_vec_f32()
+            .unwrap()
+    };
+    let default = run(&[], &p("d.safetensors"));
+    let bf16 = run(&["--text-precision", "bf16"], &p("b.safetensors"));
+    let f32 = run(&["--text-precision", "f32"], &p("f.safetensors"));
+    assert_eq!(default, bf16);
+    assert_ne!(default, f32);
+    let out = aria(&gen_args(m, &p("o.wav"), &["--text-precision", "f16"]), &d);
+    assert!(!out.status.success());
+}

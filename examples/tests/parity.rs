@@ -167,6 +167,125 @@ fn cfg_case(folder: &str, case: &str, apg: f32, sampler: Option<SamplerKind>) {
     run(&pipe, &file, case, &req, &format!("in.{case}."));
 }
 
+/// B = 2 (`cfg_b2`): two prompts, negative prompts (one empty), durations 0.1 and 0.03 s, in
+/// one batch; with the DiT conditioning injected and from the text.
+fn cfg_b2(folder: &str) {
+    let Some(pipe) = pipeline(folder, Some(SameNoise::OFF)) else {
+        return;
+    };
+    let Some(file) = fixture(&format!("{folder}/cfg.safetensors")) else {
+        return;
+    };
+    let w = WeightLoader::open(&[&file]).unwrap();
+    let (pos, neg) = dit_in(&w, "cfg_b2");
+    let neg = neg.unwrap();
+    let item = |c: &Conditioning, i: usize| Conditioning {
+        cross_attn_cond: c
+            .cross_attn_cond
+            .narrow(0, i, 1)
+            .unwrap()
+            .contiguous()
+            .unwrap(),
+        cross_attn_mask: c
+            .cross_attn_mask
+            .narrow(0, i, 1)
+            .unwrap()
+            .contiguous()
+            .unwrap(),
+        global_cond: c.global_cond.narrow(0, i, 1).unwrap().contiguous().unwrap(),
+    };
+    let reqs: Vec<GenerateRequest> = [
+        ("lofi house loop", "harsh noise", 0.1),
+        ("Amen break 174 BPM", "", 0.03),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, &(p, n, s))| {
+        let mut r = GenerateRequest::new(p, s);
+        r.negative_prompt = Some(n.into());
+        r.cfg_scale = 3.0;
+        r.duration_padding_sec = 0.1;
+        r.conditioning = Some((item(&pos, i), Some(item(&neg, i))));
+        r
+    })
+    .collect();
+    let from_text: Vec<GenerateRequest> = reqs
+        .iter()
+        .map(|r| GenerateRequest {
+            conditioning: None,
+            ..r.clone()
+        })
+        .collect();
+    for (what, reqs) in [("injected", &reqs), ("from the text", &from_text)] {
+        let mut noise = ReplayNoise::open(&file, "in.cfg_b2.").unwrap();
+        let out = pipe
+            .generate_batch(reqs, &mut noise, &mut |_| {
+                std::ops::ControlFlow::Continue(())
+            })
+            .unwrap();
+        assert_eq!(
+            noise.remaining(),
+            0,
+            "cfg_b2: every recorded draw is consumed"
+        );
+        // Different durations: the reference returns the whole, uncropped batch.
+        assert_eq!(out.audio.shape(), &[2, 2, 9216]);
+        check(
+            &format!("cfg_b2 {what} latents"),
+            &out.latents,
+            &reference(&w, "cfg_b2.latents"),
+        );
+        check(
+            &format!("cfg_b2 {what} audio"),
+            &out.audio,
+            &reference(&w, "cfg_b2.audio"),
+        );
+    }
+}
+
+/// A batch shares steps, guidance and the like, and takes no audio inputs: clear errors.
+#[test]
+fn batch_rules() {
+    let Some(pipe) = pipeline("sa3-tiny-extra", Some(SameNoise::OFF)) else {
+        return;
+    };
+    let mut noise = aria::noise::SeededNoise::new(1);
+    let mut go = |reqs: &[GenerateRequest]| {
+        pipe.generate_batch(reqs, &mut noise, &mut |_| {
+            std::ops::ControlFlow::Continue(())
+        })
+        .map(|_| ())
+        .unwrap_err()
+        .to_string()
+    };
+    let a = GenerateRequest::new("a", 0.1);
+    assert!(go(&[]).contains("at least one"));
+    let mut b = GenerateRequest::new("b", 0.05);
+    b.steps = 4;
+    assert!(go(&[a.clone(), b]).contains("steps"));
+    let mut b = GenerateRequest::new("b", 0.05);
+    b.negative_prompt = Some("n".into());
+    assert!(go(&[a.clone(), b]).contains("negative prompt"));
+    let mut b = GenerateRequest::new("b", 0.05);
+    b.init_audio = Some(InitAudio {
+        clip: AudioClip {
+            data: Tensor::from_vec(vec![0f32; 4410], &[1, 4410]).unwrap(),
+            sample_rate: 44100,
+        },
+        noise_level: 0.5,
+    });
+    assert!(go(&[a.clone(), b]).contains("one request at a time"));
+    let mut b = GenerateRequest::new("b", -1.0);
+    b.steps = 8;
+    assert!(go(&[a, b]).contains("duration"));
+}
+
+#[test]
+fn cfg_batch_of_two() {
+    cfg_b2("sa3-tiny-extra");
+    cfg_b2("sa3-tiny-medium");
+}
+
 #[test]
 fn cfg_apg() {
     cfg_case("sa3-tiny-extra", "cfg_apg", 1.0, None);
