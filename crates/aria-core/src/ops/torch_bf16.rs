@@ -760,6 +760,73 @@ mod tests {
         }
     }
 
+    /// Close to a plain softmax attention; masked keys excluded; a row with no key is zero;
+    /// more keys than one block and bad shapes are errors.
+    #[test]
+    fn flash_attention_basics() {
+        let mut rng = Xoshiro256pp::new(3);
+        let (b, h, n, d) = (2, 2, 13, 8);
+        let mk = |rng: &mut Xoshiro256pp| {
+            let v: Vec<f32> = (0..b * h * n * d)
+                .map(|_| round(unit(rng) * 2.0 - 1.0))
+                .collect();
+            Tensor::from_vec(v, &[b, h, n, d]).unwrap()
+        };
+        let (q, k, v) = (mk(&mut rng), mk(&mut rng), mk(&mut rng));
+        let allowed = |bi: usize, i: usize, j: usize| bi == 0 || (j < 5 && i != 7);
+        for isa in Isa::available() {
+            let o = cpu::with_isa(isa, || flash_attention(&q, &k, &v, 0.5, allowed))
+                .unwrap()
+                .to_vec_f32()
+                .unwrap();
+            let (qv, kv, vv) = (
+                q.to_vec_f32().unwrap(),
+                k.to_vec_f32().unwrap(),
+                v.to_vec_f32().unwrap(),
+            );
+            for bh in 0..b * h {
+                for i in 0..n {
+                    let row = &o[(bh * n + i) * d..(bh * n + i + 1) * d];
+                    if !(0..n).any(|j| allowed(bh / h, i, j)) {
+                        assert!(row.iter().all(|&x| x == 0.0));
+                        continue;
+                    }
+                    let s: Vec<f64> = (0..n)
+                        .map(|j| {
+                            if !allowed(bh / h, i, j) {
+                                return f64::NEG_INFINITY;
+                            }
+                            (0..d)
+                                .map(|c| {
+                                    qv[(bh * n + i) * d + c] as f64
+                                        * kv[(bh * n + j) * d + c] as f64
+                                })
+                                .sum::<f64>()
+                                * 0.5
+                        })
+                        .collect();
+                    let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+                    let z: f64 = e.iter().sum();
+                    for c in 0..d {
+                        let want: f64 = (0..n)
+                            .map(|j| e[j] / z * vv[(bh * n + j) * d + c] as f64)
+                            .sum();
+                        assert!(
+                            (row[c] as f64 - want).abs() < 2e-2,
+                            "{isa:?} {bh} {i} {c}: {} vs {want}",
+                            row[c]
+                        );
+                    }
+                }
+            }
+        }
+        let big = Tensor::from_vec(vec![0f32; 513 * 2], &[1, 1, 513, 2]).unwrap();
+        assert!(flash_attention(&big, &big, &big, 1.0, |_, _, _| true).is_err());
+        let bad = Tensor::from_vec(vec![0f32; 6], &[1, 6]).unwrap();
+        assert!(flash_attention(&bad, &bad, &bad, 1.0, |_, _, _| true).is_err());
+    }
+
     #[test]
     fn sum_adds_in_the_reference_order() {
         let mut x = vec![0f32; 768];

@@ -23,7 +23,7 @@
 //! bf16-representable values.
 
 use aria_core::ops;
-pub use aria_core::ops::torch_bf16::{exp_u20, linear, round, sum};
+pub use aria_core::ops::torch_bf16::{exp_u20, flash_attention, linear, round, sum};
 use aria_core::Tensor;
 use rayon::prelude::*;
 
@@ -124,19 +124,6 @@ pub fn rope(x: &Tensor, cos: &[f32], sin: &[f32]) -> Result<Tensor> {
     Ok(Tensor::from_vec(v, &s)?)
 }
 
-/// PyTorch's CPU flash attention on bf16 inputs (see
-/// [`aria_core::ops::torch_bf16::flash_attention`]); `allowed(b, i, j)` says whether query `i`
-/// of batch row `b` may attend key `j`.
-pub fn attention(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    scale: f32,
-    allowed: impl Fn(usize, usize, usize) -> bool + Sync,
-) -> Result<Tensor> {
-    Ok(ops::torch_bf16::flash_attention(q, k, v, scale, allowed)?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,15 +136,5 @@ mod tests {
         // Hence the GELU of −5.0625 is −0 in bf16, as the reference computes it.
         let g = gelu_tanh(&Tensor::from_vec(vec![-5.0625f32], &[1]).unwrap()).unwrap();
         assert_eq!(g.to_vec_f32().unwrap()[0], 0.0);
-    }
-
-    #[test]
-    fn attention_rows_sum_to_one_and_masked_rows_are_zero() {
-        let q = Tensor::from_vec(vec![0.5f32, -1.0, 1.0, 0.25], &[1, 1, 2, 2]).unwrap();
-        let v = Tensor::from_vec(vec![1.0f32, 1.0, 1.0, 1.0], &[1, 1, 2, 2]).unwrap();
-        let o = attention(&q, &q, &v, 1.0, |_, i, _| i == 0).unwrap();
-        let o = o.to_vec_f32().unwrap();
-        assert!((o[0] - 1.0).abs() < 1e-2 && (o[1] - 1.0).abs() < 1e-2);
-        assert_eq!(&o[2..], &[0.0, 0.0]);
     }
 }

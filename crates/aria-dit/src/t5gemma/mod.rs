@@ -642,7 +642,7 @@ impl T5GemmaEncoder {
             };
             let a = if bf {
                 let w = window.map_or(usize::MAX, |(lo, _)| lo);
-                bf16::attention(&q, &k, &v, scale, |bi, i, j| {
+                bf16::flash_attention(&q, &k, &v, scale, |bi, i, j| {
                     mask_v[bi * l + j] != 0.0 && i.abs_diff(j) <= w
                 })?
             } else {
