@@ -30,8 +30,8 @@ use rayon::prelude::*;
 use crate::Result;
 
 /// Keys of one block of the reference's CPU flash attention; longer sequences rescale the
-/// softmax between blocks, which [`attention`] does not reproduce.
-pub const MAX_KEYS: usize = 512;
+/// softmax between blocks, which [`flash_attention`] does not reproduce.
+pub use aria_core::ops::torch_bf16::FLASH_KV_BLOCK as MAX_KEYS;
 
 /// Round every element of a tensor to bf16 (the result stays an f32 tensor).
 pub fn round_tensor(t: &Tensor) -> Result<Tensor> {
