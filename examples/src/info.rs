@@ -71,6 +71,25 @@ pub fn model_info(files: &ModelFiles) -> Result<ModelInfo> {
         };
         add(&mut groups, key, i.dtype, &i.shape);
     }
+    let t5_cfg = aria_dit::t5gemma::T5GemmaConfig::from_file(files.t5_dir.join("config.json"))?;
+    let embed_bf16 = t5
+        .names()
+        .iter()
+        .filter(|n| n.ends_with("embed_tokens.weight") && !n.contains("decoder"))
+        .any(|n| {
+            t5.info(n)
+                .map(|(_, i)| i.dtype == DType::BF16)
+                .unwrap_or(false)
+        });
+    let bf16 = match t5_cfg.dtype {
+        Some(p) => p == aria_dit::t5gemma::Precision::Bf16,
+        None => embed_bf16,
+    };
+    let text_arith = if bf16 {
+        "bf16, the reference's arithmetic (--text-precision f32 to change)"
+    } else {
+        "f32"
+    };
     let cfg = aria_core::config::read_json(&files.config)?;
     let d = cfg
         .pointer("/model/diffusion/config")
@@ -106,6 +125,10 @@ pub fn model_info(files: &ModelFiles) -> Result<ModelInfo> {
             sr as f64 / ds as f64
         ));
     }
+    facts.push(format!(
+        "text encoder: {} layers, width {}, computed in {text_arith}",
+        t5_cfg.num_hidden_layers, t5_cfg.hidden_size
+    ));
     Ok(ModelInfo { groups, facts })
 }
 

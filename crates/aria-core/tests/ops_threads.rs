@@ -92,6 +92,28 @@ fn thread_count_bit_identity() {
     same_bits("silu", || ops::silu(&xs).unwrap());
     same_bits("glu", || ops::glu(&xs, ops::GluAct::Silu).unwrap());
     same_bits("add", || ops::add(&xs, &g).unwrap());
+    // PyTorch's bf16 arithmetic (`torch_bf16`): bf16-valued inputs, remainders of every tail.
+    let xr = ops::torch_bf16::round;
+    let xb = t(
+        &randn(37 * 200, 13)
+            .iter()
+            .map(|&v| xr(v))
+            .collect::<Vec<_>>(),
+        &[37, 200],
+    );
+    let wbf = t(&randn(70 * 200, 14), &[70, 200])
+        .to_dtype(DType::BF16)
+        .unwrap();
+    same_bits("torch_bf16 linear", || {
+        ops::torch_bf16::linear(&xb, &wbf, Some(&b.narrow(0, 0, 70).unwrap())).unwrap()
+    });
+    let qb = ops::map(&q, xr).unwrap();
+    let kb = ops::map(&kk, xr).unwrap();
+    let vb = ops::map(&v, xr).unwrap();
+    same_bits("torch_bf16 flash_attention", || {
+        ops::torch_bf16::flash_attention(&qb, &kb, &vb, 0.125, |bi, i, j| (bi + i + j) % 5 != 0)
+            .unwrap()
+    });
     let cx = t(&randn(2 * 48 * 300, 11), &[2, 48, 300]);
     let cw = t(&randn(40 * 48 * 3, 12), &[40, 48, 3]);
     same_bits("conv1d", || ops::conv1d(&cx, &cw, None, 1).unwrap());
