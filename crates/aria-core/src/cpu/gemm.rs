@@ -24,6 +24,11 @@ const KC: usize = 256;
 const NB: usize = 128;
 /// Output rows per task (a multiple of MR).
 const MB: usize = 240;
+/// Row blocks from which B is packed once for all of them (with fewer, each row block packs
+/// its panels slab by slab next to their use, where they stay in cache).
+const PREPACK_MIN_BLOCKS: usize = 3;
+/// Largest B packed once for all row blocks (f32 elements: 64 MiB).
+const PREPACK_MAX: usize = 16 << 20;
 
 /// Elements of a contiguous float tensor, typed when the storage is aligned for it.
 #[derive(Clone, Copy)]
@@ -181,6 +186,35 @@ pub(crate) fn gemm(
         return;
     }
     let (mt, nt) = (m.div_ceil(MB), n.div_ceil(NB));
+    // With many row blocks, B is packed once up front and shared by all of them (each row
+    // block would otherwise pack every panel again), unless the packed copy would be large.
+    let nr = panel_width(isa);
+    let nslabs = k.div_ceil(KC);
+    let per_block = nslabs * (NB / nr) * KC * nr;
+    let pre: Option<Vec<f32>> =
+        (mt >= PREPACK_MIN_BLOCKS && nt * per_block <= PREPACK_MAX).then(|| {
+            let mut v = vec![0f32; nt * per_block];
+            v.par_chunks_mut((NB / nr) * KC * nr)
+                .enumerate()
+                .for_each_init(Vec::new, |tmp, (idx, slab)| {
+                    let (ni, s) = (idx / nslabs, idx % nslabs);
+                    let (n0, k0) = (ni * NB, s * KC);
+                    let (nb, kc) = (NB.min(n - n0), KC.min(k - k0));
+                    for p in 0..nb.div_ceil(nr) {
+                        let nc = nr.min(nb - p * nr);
+                        b.pack(
+                            nr,
+                            k0,
+                            kc,
+                            n0 + p * nr,
+                            nc,
+                            &mut slab[p * KC * nr..(p + 1) * KC * nr],
+                            tmp,
+                        );
+                    }
+                });
+            v
+        });
     let blocks: Vec<(usize, usize, Vec<f32>)> = (0..mt * nt)
         .into_par_iter()
         .map(|t| {
@@ -188,7 +222,10 @@ pub(crate) fn gemm(
             let (m0, n0) = (mi * MB, ni * NB);
             let (mb, nb) = (MB.min(m - m0), NB.min(n - n0));
             let mut cl = vec![0f32; mb * nb];
-            block(isa, mb, nb, k, &a[m0 * lda..], lda, b, n0, &mut cl);
+            let packed = pre
+                .as_deref()
+                .map(|v| &v[ni * per_block..(ni + 1) * per_block]);
+            block(isa, mb, nb, k, &a[m0 * lda..], lda, b, n0, packed, &mut cl);
             (m0, n0, cl)
         })
         .collect();
@@ -200,7 +237,9 @@ pub(crate) fn gemm(
     }
 }
 
-/// One output block `C[mb, nb]` (row-major, `ldc = nb`) for B columns `n0..n0 + nb`.
+/// One output block `C[mb, nb]` (row-major, `ldc = nb`) for B columns `n0..n0 + nb`. `packed`
+/// holds this column block's panels for every KC slab (slab `s` at `s · (NB / nr) · KC · nr`),
+/// or `None` to pack them here, slab by slab.
 #[allow(clippy::too_many_arguments)]
 fn block(
     isa: Isa,
@@ -211,34 +250,48 @@ fn block(
     lda: usize,
     b: &BSrc<'_>,
     n0: usize,
+    packed: Option<&[f32]>,
     c: &mut [f32],
 ) {
     let nr = panel_width(isa);
     let np = nb.div_ceil(nr);
-    let mut bp = vec![0f32; np * KC * nr];
+    let mut bp = if packed.is_none() {
+        vec![0f32; np * KC * nr]
+    } else {
+        Vec::new()
+    };
     let mut tmp = Vec::new();
     let mut k0 = 0;
     while k0 < k {
         let kc = KC.min(k - k0);
-        for p in 0..np {
-            let nc = nr.min(nb - p * nr);
-            b.pack(
-                nr,
-                k0,
-                kc,
-                n0 + p * nr,
-                nc,
-                &mut bp[p * KC * nr..(p + 1) * KC * nr],
-                &mut tmp,
-            );
-        }
+        let panels: &[f32] = match packed {
+            Some(v) => {
+                let s = (k0 / KC) * (NB / nr) * KC * nr;
+                &v[s..s + np * KC * nr]
+            }
+            None => {
+                for p in 0..np {
+                    let nc = nr.min(nb - p * nr);
+                    b.pack(
+                        nr,
+                        k0,
+                        kc,
+                        n0 + p * nr,
+                        nc,
+                        &mut bp[p * KC * nr..(p + 1) * KC * nr],
+                        &mut tmp,
+                    );
+                }
+                &bp
+            }
+        };
         let mut i0 = 0;
         while i0 < mb {
             let mr = MR.min(mb - i0);
             let at = &a[i0 * lda + k0..];
             for p in 0..np {
                 let nc = nr.min(nb - p * nr);
-                let panel = &bp[p * KC * nr..p * KC * nr + kc * nr];
+                let panel = &panels[p * KC * nr..p * KC * nr + kc * nr];
                 let ct = &mut c[i0 * nb + p * nr..];
                 dispatch!(
                     isa,
