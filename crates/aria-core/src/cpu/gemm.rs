@@ -109,6 +109,33 @@ pub(crate) enum BSrc<'a> {
 }
 
 impl BSrc<'_> {
+    /// Pack rows `k0..k0+kc` of the `nb` columns from `n0` into consecutive panels of `nr`
+    /// columns, panel `p` at `out[p · KC · nr..]`.
+    #[allow(clippy::too_many_arguments)]
+    fn pack_slab(
+        &self,
+        nr: usize,
+        k0: usize,
+        kc: usize,
+        n0: usize,
+        nb: usize,
+        out: &mut [f32],
+        tmp: &mut Vec<f32>,
+    ) {
+        for p in 0..nb.div_ceil(nr) {
+            let nc = nr.min(nb - p * nr);
+            self.pack(
+                nr,
+                k0,
+                kc,
+                n0 + p * nr,
+                nc,
+                &mut out[p * KC * nr..(p + 1) * KC * nr],
+                tmp,
+            );
+        }
+    }
+
     /// Pack `B[k0..k0+kc][j0..j0+nc]` into `out[kk·nr + jj]`, zero-padding columns `nc..nr`.
     #[allow(clippy::too_many_arguments)]
     fn pack(
@@ -200,18 +227,7 @@ pub(crate) fn gemm(
                     let (ni, s) = (idx / nslabs, idx % nslabs);
                     let (n0, k0) = (ni * NB, s * KC);
                     let (nb, kc) = (NB.min(n - n0), KC.min(k - k0));
-                    for p in 0..nb.div_ceil(nr) {
-                        let nc = nr.min(nb - p * nr);
-                        b.pack(
-                            nr,
-                            k0,
-                            kc,
-                            n0 + p * nr,
-                            nc,
-                            &mut slab[p * KC * nr..(p + 1) * KC * nr],
-                            tmp,
-                        );
-                    }
+                    b.pack_slab(nr, k0, kc, n0, nb, slab, tmp);
                 });
             v
         });
@@ -270,18 +286,7 @@ fn block(
                 &v[s..s + np * KC * nr]
             }
             None => {
-                for p in 0..np {
-                    let nc = nr.min(nb - p * nr);
-                    b.pack(
-                        nr,
-                        k0,
-                        kc,
-                        n0 + p * nr,
-                        nc,
-                        &mut bp[p * KC * nr..(p + 1) * KC * nr],
-                        &mut tmp,
-                    );
-                }
+                b.pack_slab(nr, k0, kc, n0, nb, &mut bp, &mut tmp);
                 &bp
             }
         };
