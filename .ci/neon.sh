@@ -26,6 +26,8 @@ if ! rustup toolchain list | grep -q '^debian-web'; then
     rustup toolchain link debian-web /usr
 fi
 
+# Code behind `cfg(target_arch = "aarch64")` is only compiled here: its warnings are errors too.
+export RUSTFLAGS="${RUSTFLAGS:-} -D warnings"
 target_dir="${CARGO_TARGET_DIR:-target}"
 export CARGO_TARGET_DIR="$target_dir"
 echo "== aarch64 tests, QEMU_CPU=cortex-a72 (NEON only)"

@@ -130,7 +130,7 @@ impl Clock {
 }
 
 /// Best f32 FMA rate of `threads` cores in GFLOP/s (the 512-bit loop where AVX-512F exists).
-fn peak_gflops(threads: usize) -> Option<f64> {
+pub(crate) fn peak_gflops(threads: usize) -> Option<f64> {
     match (fma_peak_gflops(threads), fma512_peak_gflops(threads)) {
         (Some(a), Some(b)) => Some(a.max(b)),
         (a, b) => a.or(b),

@@ -180,17 +180,15 @@ impl Geo {
         if out.is_empty() {
             return out;
         }
+        // The path is read here: a `with_isa` override is per thread and the rows run on workers.
+        let isa = aria_core::cpu::current();
         out.par_chunks_mut(n * dh).enumerate().for_each(|(bh, o)| {
             let (b, hh) = (bh / h, bh % h);
             for t in 0..n {
                 let src = &qkv[(b * n + t) * np * d + idx * d + hh * dh..][..dh];
                 let dst = &mut o[t * dh..(t + 1) * dh];
                 match norm {
-                    Some((alpha, g, be)) => {
-                        for i in 0..dh {
-                            dst[i] = g[i] * (alpha * src[i]).tanh() + be[i];
-                        }
-                    }
+                    Some((alpha, g, be)) => aria_core::cpu::dyt_on(isa, dst, src, *alpha, g, be),
                     None => dst.copy_from_slice(src),
                 }
                 if let Some((cos, sin)) = rope {

@@ -525,3 +525,101 @@ fn conv_rope_broadcast_embedding_all_paths() {
     });
     assert!(ops::embedding(&Tensor::from_vec(vec![11i64], &[1]).unwrap(), &table).is_err());
 }
+
+/// Distance in units in the last place between two finite f32 of the same sign (or zero).
+fn ulps(a: f32, b: f32) -> u32 {
+    let key = |v: f32| {
+        let i = v.to_bits() as i32;
+        if i < 0 {
+            i32::MIN - i
+        } else {
+            i
+        }
+    };
+    key(a).abs_diff(key(b))
+}
+
+/// The row kernel `cpu::dyt` with γ = 1, β = 0, α = 1 is `tanh` itself: on every path, within
+/// 3 ulp of the correctly rounded value over a dense sweep of both branches of the vector
+/// method (the polynomial below |x| = 0.4, the exponential above, the clamp at 9), exact at
+/// 0 and ±∞, NaN in → NaN out; and γ, β, α and ragged lengths are applied as stated.
+#[test]
+fn dyt_kernel_tanh_accuracy_all_paths() {
+    let mut xs: Vec<f32> = (-200_000..=200_000).map(|i| i as f32 * 6e-5).collect();
+    xs.extend(
+        (0..200)
+            .map(|i| 1e-30f32 * 1.7f32.powi(i))
+            .flat_map(|v| [v, -v]),
+    );
+    xs.extend([
+        0.0,
+        -0.0,
+        0.4,
+        -0.4,
+        0.399_999_98,
+        9.0,
+        -9.0,
+        20.0,
+        1e30,
+        f32::MAX,
+    ]);
+    xs.extend([
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::MIN_POSITIVE,
+        1e-45,
+    ]);
+    let n = xs.len();
+    let (ones, zeros) = (vec![1f32; n], vec![0f32; n]);
+    for isa in Isa::available() {
+        let mut o = vec![0f32; n];
+        cpu::dyt_on(isa, &mut o, &xs, 1.0, &ones, &zeros);
+        let mut worst = (0u32, 0f32);
+        for (&x, &y) in xs.iter().zip(&o) {
+            if x.is_nan() {
+                assert!(y.is_nan(), "[{}] tanh(NaN) = {y}", isa.name());
+                continue;
+            }
+            let want = (x as f64).tanh() as f32;
+            // (β = +0 is added, so tanh(−0) comes out as +0 on every path.)
+            assert!(
+                want == 0.0 || y.is_sign_negative() == want.is_sign_negative(),
+                "[{}] sign at {x}",
+                isa.name()
+            );
+            let u = ulps(y, want);
+            if u > worst.0 {
+                worst = (u, x);
+            }
+        }
+        assert!(
+            worst.0 <= 3,
+            "[{}] tanh {} ulp off at x = {}",
+            isa.name(),
+            worst.0,
+            worst.1
+        );
+
+        // γ, β, α and a length that is not a multiple of any vector width.
+        let m = 37;
+        let x = randn(m, 5);
+        let g = randn(m, 6);
+        let b = randn(m, 7);
+        let mut o = vec![f32::NAN; m + 3];
+        cpu::dyt_on(isa, &mut o, &x, 0.7, &g, &b);
+        for i in 0..m {
+            let want = g[i] as f64 * (0.7 * x[i] as f64).tanh() + b[i] as f64;
+            assert!(
+                (o[i] as f64 - want).abs() <= 1e-6 * (1.0 + want.abs()),
+                "[{}] dyt[{i}]",
+                isa.name()
+            );
+        }
+        assert!(
+            o[m..].iter().all(|v| v.is_nan()),
+            "[{}] wrote past the shortest input",
+            isa.name()
+        );
+    }
+}

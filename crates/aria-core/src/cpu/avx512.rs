@@ -4,7 +4,9 @@
 
 use std::arch::x86_64::*;
 
-pub use super::avx2::{dot, exp_sub_sum, max, scale, sigmoid, silu, sum, sumsq, sumsq_dev, swiglu};
+pub use super::avx2::{
+    dot, dyt, exp_sub_sum, max, scale, sigmoid, silu, sum, sumsq, sumsq_dev, swiglu,
+};
 use super::scalar::{self, MR};
 
 /// Panel width of this path.

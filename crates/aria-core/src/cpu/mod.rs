@@ -170,6 +170,20 @@ pub fn dot_on(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
     dispatch!(checked(isa), dot(a, b))
 }
 
+/// Dynamic tanh of one row, `o ← γ ⊙ tanh(α·x) + β` (the shortest length counts), on the
+/// [`current`] path. The vector paths compute `tanh` with a polynomial/exponential split within
+/// 3 ulp of the correctly rounded value and fuse the final multiply-add; the scalar path uses
+/// `f32::tanh` and is the reference.
+#[inline]
+pub fn dyt(o: &mut [f32], x: &[f32], alpha: f32, gamma: &[f32], beta: &[f32]) {
+    dyt_on(current(), o, x, alpha, gamma, beta)
+}
+
+/// [`dyt`] on an explicit path (a path this CPU cannot run falls back to scalar).
+pub fn dyt_on(isa: Isa, o: &mut [f32], x: &[f32], alpha: f32, gamma: &[f32], beta: &[f32]) {
+    dispatch!(checked(isa), dyt(o, x, alpha, gamma, beta))
+}
+
 /// Row kernels used by the ops (reductions and activations over one contiguous slice).
 pub(crate) mod rows {
     use super::Isa;

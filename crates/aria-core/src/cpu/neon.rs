@@ -350,3 +350,57 @@ pub unsafe fn swiglu(o: &mut [f32], v: &[f32], g: &[f32]) {
         }
     }
 }
+
+/// `tanh` of 4 lanes (same method and coefficients as the AVX2 path).
+#[inline(always)]
+unsafe fn tanh4(x: float32x4_t) -> float32x4_t {
+    // SAFETY: register-only intrinsics; the caller runs with NEON enabled.
+    unsafe {
+        let a = vminq_f32(vabsq_f32(x), vdupq_n_f32(9.0));
+        let t = exp4(vmulq_n_f32(a, -2.0));
+        let one = vdupq_n_f32(1.0);
+        let big = vdivq_f32(vsubq_f32(one, t), vaddq_f32(one, t));
+        let z = vmulq_f32(a, a);
+        let c = scalar::TANH_TAYLOR;
+        let mut p = vdupq_n_f32(c[0]);
+        for &ci in &c[1..] {
+            p = vfmaq_f32(vdupq_n_f32(ci), p, z);
+        }
+        let small = vfmaq_f32(a, vmulq_f32(a, z), p);
+        let r = vbslq_f32(vcltq_f32(a, vdupq_n_f32(0.4)), small, big);
+        // Sign of x back in; NaN lanes keep x.
+        let signed = vbslq_f32(vdupq_n_u32(0x8000_0000), x, r);
+        vbslq_f32(vceqq_f32(x, x), signed, x)
+    }
+}
+
+/// `o ← γ ⊙ tanh(α·x) + β` (dynamic tanh; the shortest length counts).
+///
+/// # Safety
+/// The CPU must support NEON.
+#[target_feature(enable = "neon")]
+pub unsafe fn dyt(o: &mut [f32], x: &[f32], alpha: f32, g: &[f32], b: &[f32]) {
+    let n = o.len().min(x.len()).min(g.len()).min(b.len());
+    let (po, px, pg, pb) = (o.as_mut_ptr(), x.as_ptr(), g.as_ptr(), b.as_ptr());
+    // SAFETY: indices stay below n, inside all four slices; NEON enabled here.
+    unsafe {
+        let mut i = 0;
+        while i + 4 <= n {
+            let t = tanh4(vmulq_n_f32(vld1q_f32(px.add(i)), alpha));
+            let r = vfmaq_f32(vld1q_f32(pb.add(i)), vld1q_f32(pg.add(i)), t);
+            vst1q_f32(po.add(i), r);
+            i += 4;
+        }
+        if i < n {
+            let m = n - i;
+            let (mut tx, mut tg, mut tb) = ([0f32; 4], [0f32; 4], [0f32; 4]);
+            tx[..m].copy_from_slice(&x[i..n]);
+            tg[..m].copy_from_slice(&g[i..n]);
+            tb[..m].copy_from_slice(&b[i..n]);
+            let t = tanh4(vmulq_n_f32(vld1q_f32(tx.as_ptr()), alpha));
+            let r = vfmaq_f32(vld1q_f32(tb.as_ptr()), vld1q_f32(tg.as_ptr()), t);
+            vst1q_f32(tx.as_mut_ptr(), r);
+            o[i..n].copy_from_slice(&tx[..m]);
+        }
+    }
+}

@@ -135,3 +135,23 @@ pub fn swiglu(o: &mut [f32], v: &[f32], g: &[f32]) {
         *o = v * (g / (1.0 + (-g).exp()));
     }
 }
+
+/// `o ← γ ⊙ tanh(α·x) + β` (dynamic tanh; the shortest length counts).
+pub fn dyt(o: &mut [f32], x: &[f32], alpha: f32, g: &[f32], b: &[f32]) {
+    for (((o, x), g), b) in o.iter_mut().zip(x).zip(g).zip(b) {
+        *o = g * (alpha * x).tanh() + b;
+    }
+}
+
+/// Taylor coefficients of `(tanh(x) − x) / x³` in powers of `x²`, highest first
+/// (x¹⁵ … x³ terms of tanh: −929569/638512875, 21844/6081075, −1382/155925, 62/2835, −17/315,
+/// 2/15, −1/3).
+pub(crate) const TANH_TAYLOR: [f32; 7] = [
+    -1.455_834_4e-3,
+    3.592_128e-3,
+    -8.863_236e-3,
+    2.186_948_8e-2,
+    -5.396_825_4e-2,
+    0.133_333_33,
+    -0.333_333_34,
+];

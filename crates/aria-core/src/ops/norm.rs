@@ -94,18 +94,18 @@ pub fn layer_norm(x: &Tensor, w: Option<&Tensor>, b: Option<&Tensor>, eps: f32) 
 pub fn dyt(x: &Tensor, alpha: f32, gamma: &Tensor, beta: &Tensor) -> Result<Tensor> {
     let d = rows("dyt", x, Some(gamma))?;
     rows("dyt", x, Some(beta))?;
-    let mut out = f32_data(x)?.into_owned();
+    let mut out = vec![0f32; x.elem_count()];
     let g = f32_data(gamma)?;
     let b = f32_data(beta)?;
     if d == 0 {
         return Tensor::from_vec(out, x.shape());
     }
+    let xs = f32_data(x)?;
+    let isa = cpu::current();
     threads::install(|| {
-        out.par_chunks_mut(d).for_each(|r| {
-            for ((v, g), b) in r.iter_mut().zip(g.iter()).zip(b.iter()) {
-                *v = g * (alpha * *v).tanh() + b;
-            }
-        })
+        out.par_chunks_mut(d)
+            .zip(xs.par_chunks(d))
+            .for_each(|(o, r)| cpu::dyt_on(isa, o, r, alpha, &g, &b))
     });
     Tensor::from_vec(out, x.shape())
 }

@@ -21,8 +21,8 @@ use half::bf16;
 use rayon::prelude::*;
 
 use super::{f32_data, linear_dims};
+use crate::cpu;
 use crate::cpu::gemm::WData;
-use crate::cpu::{self, Isa};
 use crate::{threads, CoreError, Result, Tensor};
 
 /// f32 lanes of one AVX2 register (`Vectorized<float>`), the width the orders are defined by.
@@ -233,7 +233,7 @@ pub fn exp_u20(x: f32) -> f32 {
 /// [`lanes_sum`], then the tail). A row with no finite score is zeroed and its sum is 0.
 pub fn flash_softmax_row(sc: &mut [f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if matches!(cpu::current(), Isa::Avx2 | Isa::Avx512) {
+    if matches!(cpu::current(), cpu::Isa::Avx2 | cpu::Isa::Avx512) {
         // SAFETY: `cpu::current` only returns paths this CPU runs; both imply AVX2 + FMA.
         return unsafe { softmax_row_avx2(sc) };
     }
@@ -329,7 +329,7 @@ pub fn flash_attention(
             };
             let allowed = |i: usize, j: usize| allowed(bi, i, j);
             #[cfg(target_arch = "x86_64")]
-            if matches!(isa, Isa::Avx2 | Isa::Avx512) {
+            if matches!(isa, cpu::Isa::Avx2 | cpu::Isa::Avx512) {
                 // SAFETY: `cpu::current` only returns paths this CPU runs; both imply AVX2 + FMA.
                 unsafe { head_avx2(&head, &allowed, ob) };
                 return;
@@ -562,9 +562,9 @@ impl Tile for Avx512Tile {
 pub fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     match cpu::current() {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => linear_with::<Avx512Tile>(x, w, bias),
+        cpu::Isa::Avx512 => linear_with::<Avx512Tile>(x, w, bias),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => linear_with::<Avx2Tile>(x, w, bias),
+        cpu::Isa::Avx2 => linear_with::<Avx2Tile>(x, w, bias),
         _ => linear_with::<Portable>(x, w, bias),
     }
 }
@@ -740,7 +740,7 @@ mod tests {
             )
             .unwrap();
             let bt = Tensor::from_vec(bias.clone(), &[n]).unwrap();
-            for isa in Isa::available() {
+            for isa in cpu::Isa::available() {
                 let got = cpu::with_isa(isa, || linear(&xt, &wt, Some(&bt)))
                     .unwrap()
                     .to_vec_f32()
@@ -774,7 +774,7 @@ mod tests {
         };
         let (q, k, v) = (mk(&mut rng), mk(&mut rng), mk(&mut rng));
         let allowed = |bi: usize, i: usize, j: usize| bi == 0 || (j < 5 && i != 7);
-        for isa in Isa::available() {
+        for isa in cpu::Isa::available() {
             let o = cpu::with_isa(isa, || flash_attention(&q, &k, &v, 0.5, allowed))
                 .unwrap()
                 .to_vec_f32()
