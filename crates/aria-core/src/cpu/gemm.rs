@@ -249,7 +249,17 @@ pub(crate) fn gemm(
         c.fill(0.0);
         return;
     }
-    let (mt, nt) = (m.div_ceil(MB), n.div_ceil(NB));
+    // Up to two row blocks' worth of rows run as one block when there are enough column tasks
+    // for the threads: each task then packs its B panels once instead of once per row block
+    // (the rows of A it streams still fit in L2). Blocking never changes a result bit: every
+    // output's K-sum is the same FMA chain in any block.
+    let nt = n.div_ceil(NB);
+    let mbs = if m <= 2 * MB && nt >= 2 * rayon::current_num_threads() {
+        m
+    } else {
+        MB
+    };
+    let mt = m.div_ceil(mbs);
     // With many row blocks, B is packed once up front and shared by all of them (each row
     // block would otherwise pack every panel again), unless the packed copy would be large.
     let nr = panel_width(isa);
@@ -272,8 +282,8 @@ pub(crate) fn gemm(
         .into_par_iter()
         .map(|t| {
             let (mi, ni) = (t / nt, t % nt);
-            let (m0, n0) = (mi * MB, ni * NB);
-            let (mb, nb) = (MB.min(m - m0), NB.min(n - n0));
+            let (m0, n0) = (mi * mbs, ni * NB);
+            let (mb, nb) = (mbs.min(m - m0), NB.min(n - n0));
             let mut cl = vec![0f32; mb * nb];
             let packed = pre
                 .as_deref()
