@@ -166,7 +166,7 @@ pub unsafe fn gemm_tile(
     acc: bool,
 ) {
     assert!(
-        scalar::tile_extents_ok(NR, mr, kc, a, lda, bp, ldb, c, ldc, nc),
+        scalar::tile_extents_ok(MR, NR, mr, kc, a, lda, bp, ldb, c, ldc, nc),
         "gemm_tile extents"
     );
     let (a, bp, c) = (a.as_ptr(), bp.as_ptr(), c.as_mut_ptr());

@@ -7,10 +7,13 @@ use std::arch::x86_64::*;
 pub use super::avx2::{
     dot, dyt, exp_sub_sum, max, scale, sigmoid, silu, sum, sumsq, sumsq_dev, swiglu,
 };
-use super::scalar::{self, MR};
+use super::scalar;
 
 /// Panel width of this path.
 pub const NR: usize = 32;
+/// Rows of the register tile: 12 × 2 accumulators of 16 lanes, 2 B vectors and a broadcast
+/// use 27 of the 32 registers (the other paths have 6 rows).
+pub const MR: usize = 12;
 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -90,7 +93,7 @@ pub unsafe fn gemm_tile(
     acc: bool,
 ) {
     assert!(
-        scalar::tile_extents_ok(NR, mr, kc, a, lda, bp, ldb, c, ldc, nc),
+        scalar::tile_extents_ok(MR, NR, mr, kc, a, lda, bp, ldb, c, ldc, nc),
         "gemm_tile extents"
     );
     let (a, bp, c) = (a.as_ptr(), bp.as_ptr(), c.as_mut_ptr());
@@ -102,6 +105,12 @@ pub unsafe fn gemm_tile(
             3 => tile::<3>(kc, a, lda, bp, ldb, c, ldc, nc, acc),
             4 => tile::<4>(kc, a, lda, bp, ldb, c, ldc, nc, acc),
             5 => tile::<5>(kc, a, lda, bp, ldb, c, ldc, nc, acc),
+            6 => tile::<6>(kc, a, lda, bp, ldb, c, ldc, nc, acc),
+            7 => tile::<7>(kc, a, lda, bp, ldb, c, ldc, nc, acc),
+            8 => tile::<8>(kc, a, lda, bp, ldb, c, ldc, nc, acc),
+            9 => tile::<9>(kc, a, lda, bp, ldb, c, ldc, nc, acc),
+            10 => tile::<10>(kc, a, lda, bp, ldb, c, ldc, nc, acc),
+            11 => tile::<11>(kc, a, lda, bp, ldb, c, ldc, nc, acc),
             _ => tile::<MR>(kc, a, lda, bp, ldb, c, ldc, nc, acc),
         }
     }

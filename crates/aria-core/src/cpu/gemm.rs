@@ -15,14 +15,14 @@ use half::{bf16, f16, slice::HalfFloatSliceExt};
 use rayon::prelude::*;
 
 use super::scalar::MR;
-use super::{dispatch, panel_width, Isa};
+use super::{dispatch, panel_width, tile_rows, Isa};
 use crate::{CoreError, DType, Result, Tensor};
 
 /// Rows of K packed at a time.
 const KC: usize = 256;
 /// Output columns per task (a multiple of every NR).
 const NB: usize = 128;
-/// Output rows per task (a multiple of MR).
+/// Output rows per task (a multiple of every path's tile rows).
 const MB: usize = 240;
 /// Row blocks from which B is packed once for all of them (with fewer, each row block packs
 /// its panels slab by slab next to their use, where they stay in cache).
@@ -339,7 +339,7 @@ fn block(
         };
         let mut i0 = 0;
         while i0 < mb {
-            let mr = MR.min(mb - i0);
+            let mr = tile_rows(isa).min(mb - i0);
             let at = &a[i0 * lda + k0..];
             for p in 0..np {
                 let nc = nr.min(nb - p * nr);

@@ -148,6 +148,16 @@ pub(crate) fn panel_width(isa: Isa) -> usize {
     }
 }
 
+/// Rows of the matrix micro-kernel's register tile on a path (the most `gemm_tile` takes).
+#[inline]
+pub(crate) fn tile_rows(isa: Isa) -> usize {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => avx512::MR,
+        _ => scalar::MR,
+    }
+}
+
 /// Make sure an ISA value handed to a kernel can run here (a caller may construct any variant).
 #[inline]
 pub(crate) fn checked(isa: Isa) -> Isa {

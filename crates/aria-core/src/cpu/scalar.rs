@@ -20,6 +20,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 #[inline]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn tile_extents_ok(
+    mr_max: usize,
     nr: usize,
     mr: usize,
     kc: usize,
@@ -31,7 +32,7 @@ pub(crate) fn tile_extents_ok(
     ldc: usize,
     nc: usize,
 ) -> bool {
-    (1..=MR).contains(&mr)
+    (1..=mr_max).contains(&mr)
         && nc <= nr
         && ldb >= nr
         && (kc == 0 || bp.len() >= (kc - 1) * ldb + nr)
@@ -61,7 +62,7 @@ pub fn gemm_tile(
     acc: bool,
 ) {
     assert!(
-        tile_extents_ok(NR, mr, kc, a, lda, bp, ldb, c, ldc, nc),
+        tile_extents_ok(MR, NR, mr, kc, a, lda, bp, ldb, c, ldc, nc),
         "gemm_tile extents"
     );
     let mut t = [[0f32; NR]; MR];
