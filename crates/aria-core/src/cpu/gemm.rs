@@ -1,15 +1,16 @@
 //! Packed, blocked matrix product `C[M, N] = A[M, K] · B[K, N]` on top of the per-ISA
-//! micro-kernel `gemm_tile` (an MR × NR register tile, NR = [`panel_width`] of the path; see
-//! [`super::scalar::gemm_tile`]).
+//! micro-kernel `gemm_tile` (an MR × NR register tile, MR = [`tile_rows`] and NR =
+//! [`panel_width`] of the path; see [`super::scalar::gemm_tile`]).
 //!
 //! B comes from a [`BSrc`]: rows of a `[N, K]` weight in f32/f16/bf16 (possibly memory-mapped and
 //! unaligned; converted to f32 while packing), a row-major `[K, N]` f32 matrix, or the implicit
 //! im2col matrix of a 1-D convolution. B is packed into zero-padded panels of NR columns, KC rows
 //! at a time; A is read in place.
 //!
-//! Work is split into fixed blocks of output rows and columns (independent of the thread count),
-//! and each output's K-sum runs on one thread in a fixed order (KC blocks in sequence, each an
-//! FMA chain), so the result is bit-identical whatever the number of threads.
+//! Work is split into blocks of output rows and columns, and each output's K-sum runs on one
+//! thread in a fixed order (KC blocks in sequence, each an FMA chain from zero added to the
+//! output), which no blocking choice changes: the result is bit-identical whatever the number of
+//! threads (which may choose the row blocking) and whatever the tile rows of the path.
 
 use half::{bf16, f16, slice::HalfFloatSliceExt};
 use rayon::prelude::*;
