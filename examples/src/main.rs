@@ -1,226 +1,51 @@
-//! The `aria` command-line program: a thin layer of argument parsing, progress display and
-//! file output over the `aria` library.
+//! The `aria` command-line program: argument parsing, progress display and file output over the
+//! `aria` library. Each subcommand is a short composition of library calls.
 
-use std::ops::ControlFlow;
+mod args;
+mod output;
+mod ui;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use aria::discover::{resolve_model, ModelFiles, SearchPaths};
-use aria::noise::{NoiseSource, RecordingNoise, ReplayNoise, SeededNoise};
-use aria::pipeline::{
-    Event, GenerateRequest, InitAudio, Inpaint, LoadOptions, Pipeline, Precision,
-};
+use aria::discover::{find_models, resolve_model, ModelFiles, ModelSource, SearchPaths};
+use aria::noise::{NoiseSource, RecordingNoise, ReplayNoise};
+use aria::pipeline::{AudioChunk, AudioOutput, InitAudio, Inpaint, RunOptions};
 use aria::synth::{self, Preset};
-use aria::SamplerKind;
-use aria::{Error, Result};
-use aria_codec::audio::{read_audio, write_wav, WavFormat};
-use aria_core::Tensor;
-use clap::{Args, Parser, Subcommand};
-use indicatif::{ProgressBar, ProgressStyle};
+use aria::{DeviceKind, Error, GenerateRequest, LoadOptions, Pipeline, Result};
+use aria_codec::audio::read_audio;
+use clap::Parser;
+use serde_json::{json, Value};
 
-#[derive(Parser)]
-#[command(
-    name = "aria",
-    version,
-    about = "Stable Audio 3 text-to-audio, natively in Rust"
-)]
-struct Cli {
-    /// No progress bars and no timing summary.
-    #[arg(long, short, global = true)]
-    quiet: bool,
-    #[command(subcommand)]
-    cmd: Cmd,
-}
+use args::{Cli, Cmd, DecodeArgs, DemoArgs, EncodeArgs, GenerateArgs, InfoArgs, NoiseArgs};
+use output::{AudioWriter, Container};
+use ui::{secs, Ui};
 
-#[derive(Subcommand)]
-enum Cmd {
-    /// Generate audio from a prompt (without --model: the random-weight demo model).
-    Generate(Box<GenerateArgs>),
-    /// Build a tiny random-weight model and generate from it (no download; the output is noise).
-    Demo(DemoArgs),
-    /// Encode an audio file to latents (safetensors, tensor `latents`).
-    Encode(EncodeArgs),
-    /// Decode latents (safetensors, tensor `latents`) to a WAV file.
-    Decode(DecodeArgs),
-    /// Show parameter counts, dtypes and the memory plan of a model.
-    Info(InfoArgs),
-}
-
-#[derive(Args)]
-struct ModelArg {
-    /// Model folder (model_config.json, model.safetensors, t5gemma-b-b-ul2/) or name
-    /// (small-music, small-sfx, medium: looked up in the Hugging Face cache).
-    #[arg(long, short)]
-    model: Option<String>,
-}
-
-#[derive(Args)]
-struct NoiseArgs {
-    /// Seed of the noise (random when absent; printed).
-    #[arg(long)]
-    seed: Option<u64>,
-    /// Replay every random draw from this file (draw_00, draw_01, … in call order).
-    #[arg(long)]
-    noise: Option<PathBuf>,
-    /// Save every random draw to this file (replayable with --noise).
-    #[arg(long)]
-    noise_out: Option<PathBuf>,
-}
-
-#[derive(Args)]
-struct GenerateArgs {
-    #[command(flatten)]
-    model: ModelArg,
-    /// The text prompt.
-    #[arg(long, short)]
-    prompt: String,
-    /// Duration in seconds.
-    #[arg(long, short, default_value_t = 10.0, allow_negative_numbers = true)]
-    seconds: f64,
-    /// Sampler steps.
-    #[arg(long, default_value_t = 8)]
-    steps: usize,
-    /// Classifier-free guidance scale (1 = off).
-    #[arg(long, default_value_t = 1.0)]
-    cfg: f32,
-    /// Negative prompt (with --cfg other than 1).
-    #[arg(long)]
-    negative_prompt: Option<String>,
-    /// Adaptive projected guidance scale (1 = full APG, 0 = plain CFG).
-    #[arg(long, default_value_t = 1.0)]
-    apg: f32,
-    /// Sampler: pingpong or euler (default: what the model's objective uses).
-    #[arg(long)]
-    sampler: Option<String>,
-    /// Start from this audio (audio-to-audio).
-    #[arg(long)]
-    init_audio: Option<PathBuf>,
-    /// Noise level for --init-audio, in (0, 1].
-    #[arg(long, default_value_t = 0.8)]
-    init_noise_level: f32,
-    /// Audio to inpaint.
-    #[arg(long)]
-    inpaint_audio: Option<PathBuf>,
-    /// Region START,END (seconds) to regenerate in --inpaint-audio (repeatable).
-    #[arg(long)]
-    inpaint_range: Vec<String>,
-    /// LoRA FILE[:STRENGTH] (repeatable, applied in order; strength 1 by default).
-    #[arg(long)]
-    lora: Vec<String>,
-    /// Headroom (seconds) added to the duration when sizing the latents.
-    #[arg(long, default_value_t = 6.0)]
-    duration_padding: f64,
-    #[command(flatten)]
-    noise: NoiseArgs,
-    /// Write the final latents to this safetensors file (tensor `latents`).
-    #[arg(long)]
-    latents_out: Option<PathBuf>,
-    /// Output WAV file.
-    #[arg(long, short, default_value = "out.wav")]
-    output: PathBuf,
-    /// Write 16-bit PCM instead of 32-bit float.
-    #[arg(long)]
-    pcm16: bool,
-    /// Text-encoder arithmetic: `bf16` reproduces the official (bf16) conditioning bit for
-    /// bit, `f32` is closer to exact arithmetic (default: what the model folder asks for).
-    #[arg(long, value_parser = ["bf16", "f32"])]
-    text_precision: Option<String>,
-}
-
-#[derive(Args)]
-struct DemoArgs {
-    /// The text prompt.
-    #[arg(long, short, default_value = "warm ambient pad")]
-    prompt: String,
-    /// Duration in seconds.
-    #[arg(long, short, default_value_t = 5.0, allow_negative_numbers = true)]
-    seconds: f64,
-    /// Seed of the noise.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-    /// Output WAV file.
-    #[arg(long, short, default_value = "demo.wav")]
-    output: PathBuf,
-}
-
-#[derive(Args)]
-struct EncodeArgs {
-    #[command(flatten)]
-    model: ModelArg,
-    /// Audio file to encode.
-    #[arg(long, short)]
-    input: PathBuf,
-    #[command(flatten)]
-    noise: NoiseArgs,
-    /// Output safetensors file.
-    #[arg(long, short, default_value = "latents.safetensors")]
-    output: PathBuf,
-}
-
-#[derive(Args)]
-struct DecodeArgs {
-    #[command(flatten)]
-    model: ModelArg,
-    /// Latents file (safetensors; tensor `latents` or its only tensor), `[1, C, T]` or `[C, T]`.
-    #[arg(long, short)]
-    input: PathBuf,
-    #[command(flatten)]
-    noise: NoiseArgs,
-    /// Output WAV file.
-    #[arg(long, short, default_value = "out.wav")]
-    output: PathBuf,
-    /// Write 16-bit PCM instead of 32-bit float.
-    #[arg(long)]
-    pcm16: bool,
-}
-
-#[derive(Args)]
-struct InfoArgs {
-    #[command(flatten)]
-    model: ModelArg,
-}
-
-/// Progress display (bars on stderr unless quiet).
-struct Ui {
-    quiet: bool,
-    start: Instant,
-}
-
-impl Ui {
-    fn spinner(&self, msg: &str) -> ProgressBar {
-        if self.quiet {
-            return ProgressBar::hidden();
-        }
-        let pb = ProgressBar::new_spinner().with_message(msg.to_string());
-        pb.enable_steady_tick(Duration::from_millis(100));
-        pb
-    }
-
-    fn note(&self, msg: &str) {
-        if !self.quiet {
-            eprintln!("{msg}");
-        }
-    }
-}
-
-fn secs(d: Duration) -> String {
-    format!("{:.2} s", d.as_secs_f64())
+/// What every subcommand gets besides its own arguments.
+struct Ctx {
+    ui: Ui,
+    json: bool,
+    device: DeviceKind,
 }
 
 /// The demo model folder (written on first use).
 fn demo_model(ui: &Ui) -> Result<ModelFiles> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
-    let dir = base.join("aria").join("demo-tiny-v1");
+    let dir = demo_dir();
     if !aria::discover::missing_files(&dir).is_empty() {
         let pb = ui.spinner("writing the tiny random-weight demo model");
         synth::write_model(&dir, Preset::Tiny, aria_core::DType::F32, 0, &mut |_, _| {})?;
         pb.finish_and_clear();
     }
     resolve_model(&dir.display().to_string(), &SearchPaths::default())
+}
+
+fn demo_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("aria").join("demo-tiny-v1")
 }
 
 fn random_seed() -> u64 {
@@ -230,50 +55,35 @@ fn random_seed() -> u64 {
     (t.as_nanos() as u64 ^ u64::from(std::process::id())) % 100_000
 }
 
-fn noise_source(args: &NoiseArgs, ui: &Ui) -> Result<Box<dyn NoiseSource>> {
+/// The noise of a run and the seed it was made from (`None`: replayed from a file).
+fn noise_source(args: &NoiseArgs, ui: &Ui) -> Result<(Box<dyn NoiseSource>, Option<u64>)> {
+    let seed = args::seed(args.seed)?;
     if let Some(p) = &args.noise {
-        if args.seed.is_some() {
+        if seed.is_some() {
             return Err(Error::Input("--noise and --seed exclude each other".into()));
         }
-        return Ok(Box::new(ReplayNoise::open(p, "")?));
+        if !p.is_file() {
+            return Err(Error::Noise {
+                path: p.clone(),
+                reason: "file not found".into(),
+            });
+        }
+        return Ok((Box::new(ReplayNoise::open(p, "")?), None));
     }
-    let seed = args.seed.unwrap_or_else(random_seed);
-    if args.seed.is_none() {
-        ui.note(&format!("seed: {seed}"));
-    }
-    Ok(Box::new(SeededNoise::new(seed)))
+    let seed = seed.unwrap_or_else(|| {
+        let s = random_seed();
+        ui.note(&format!("seed: {s}"));
+        s
+    });
+    Ok((args.rng.source(seed), Some(seed)))
 }
 
-fn parse_range(s: &str) -> Result<(f64, f64)> {
-    let bad = || {
-        Error::Input(format!(
-            "--inpaint-range `{s}`: expected START,END in seconds"
-        ))
-    };
-    let (a, b) = s.split_once(',').ok_or_else(bad)?;
-    Ok((
-        a.trim().parse().map_err(|_| bad())?,
-        b.trim().parse().map_err(|_| bad())?,
-    ))
-}
-
-fn parse_lora(s: &str) -> Result<(PathBuf, f32)> {
-    match s.rsplit_once(':') {
-        Some((p, st)) if !p.is_empty() => match st.parse::<f32>() {
-            Ok(v) if v.is_finite() => Ok((PathBuf::from(p), v)),
-            _ => Err(Error::Input(format!(
-                "--lora `{s}`: strength `{st}` is not a number"
-            ))),
-        },
-        _ => Ok((PathBuf::from(s), 1.0)),
-    }
-}
-
+/// Locate the model (or the random-weight demo model, with a warning) and load it.
 fn load(model: &Option<String>, opts: &LoadOptions, ui: &Ui) -> Result<Pipeline> {
     let files = match model {
         Some(m) => resolve_model(m, &SearchPaths::from_env())?,
         None => {
-            ui.note(
+            ui.warn(
                 "no --model given: using a tiny model with RANDOM weights; its output is noise.",
             );
             ui.note("For real audio pass --model small-music (downloaded Hugging Face folder) or --model <folder>.");
@@ -286,46 +96,85 @@ fn load(model: &Option<String>, opts: &LoadOptions, ui: &Ui) -> Result<Pipeline>
     p
 }
 
-fn write_audio(path: &Path, audio: &Tensor, sr: u32, pcm16: bool) -> Result<()> {
-    let fmt = if pcm16 {
-        WavFormat::Pcm16
-    } else {
-        WavFormat::F32
-    };
-    Ok(write_wav(path, audio, sr, fmt)?)
+/// Output files created so far, removed again if the run fails.
+struct Outputs {
+    writers: Vec<AudioWriter>,
+    paths: Vec<PathBuf>,
+    peaks: Vec<f32>,
+    samples: usize,
 }
 
-fn generate(args: &GenerateArgs, ui: &Ui) -> Result<()> {
-    if !(args.seconds.is_finite() && args.seconds > 0.0) {
-        return Err(Error::Input(format!(
-            "--seconds must be positive, got {}",
-            args.seconds
-        )));
-    }
-    let sampler = match &args.sampler {
-        Some(s) => Some(match s.as_str() {
-            "pingpong" | "ping-pong" => SamplerKind::PingPong,
-            "euler" => SamplerKind::Euler,
-            _ => {
-                return Err(Error::Input(format!(
-                    "--sampler `{s}`: expected pingpong or euler"
-                )))
+impl Outputs {
+    fn create(paths: Vec<PathBuf>, channels: usize, sr: u32, pcm16: bool) -> Result<Self> {
+        let mut o = Outputs {
+            writers: Vec::new(),
+            peaks: vec![0.0; paths.len()],
+            paths: Vec::new(),
+            samples: 0,
+        };
+        for p in paths {
+            let w = AudioWriter::create(&p, channels, sr, pcm16);
+            o.paths.push(p);
+            match w {
+                Ok(w) => o.writers.push(w),
+                Err(e) => {
+                    o.discard();
+                    return Err(e);
+                }
             }
-        }),
-        None => None,
-    };
-    let loras = args
-        .lora
-        .iter()
-        .map(|s| parse_lora(s))
-        .collect::<Result<Vec<_>>>()?;
-    let ranges = args
-        .inpaint_range
-        .iter()
-        .map(|s| parse_range(s))
-        .collect::<Result<Vec<_>>>()?;
-    if !ranges.is_empty() && args.inpaint_audio.is_none() {
-        return Err(Error::Input("--inpaint-range needs --inpaint-audio".into()));
+        }
+        Ok(o)
+    }
+
+    /// Write a chunk `[B, channels, n]`: item `i` to file `i`.
+    fn write(&mut self, c: &AudioChunk<'_>) -> Result<()> {
+        for (i, w) in self.writers.iter_mut().enumerate() {
+            let a = c.audio.narrow(0, i, 1)?.contiguous()?;
+            let peak = a
+                .as_slice::<f32>()?
+                .iter()
+                .fold(0f32, |m, v| m.max(v.abs()));
+            self.peaks[i] = self.peaks[i].max(peak);
+            w.write(&a)?;
+        }
+        self.samples = c.start + c.audio.shape()[2];
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<(Vec<PathBuf>, Vec<f32>, usize)> {
+        let mut r = Ok(());
+        for w in std::mem::take(&mut self.writers) {
+            r = r.and(w.finish());
+        }
+        match r {
+            Ok(()) => Ok((
+                std::mem::take(&mut self.paths),
+                std::mem::take(&mut self.peaks),
+                self.samples,
+            )),
+            Err(e) => {
+                self.discard();
+                Err(e)
+            }
+        }
+    }
+
+    fn discard(&mut self) {
+        self.writers.clear();
+        for p in &self.paths {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn generate(args: &GenerateArgs, cx: &Ctx) -> Result<()> {
+    let ui = &cx.ui;
+    let items = args::batch(args)?;
+    let ranges = args::inpaint_ranges(args)?;
+    let loras = args::loras(args)?;
+    let paths = output::batch_paths(&args.output, items.len());
+    for p in &paths {
+        Container::of(p)?;
     }
     let init_audio = match &args.init_audio {
         Some(p) => Some(InitAudio {
@@ -341,102 +190,110 @@ fn generate(args: &GenerateArgs, ui: &Ui) -> Result<()> {
         }),
         None => None,
     };
-    if let Some(p) = &args.noise.noise {
-        if !p.is_file() {
-            return Err(Error::Noise {
-                path: p.clone(),
-                reason: "file not found".into(),
-            });
-        }
-    }
-    let pipe = load(
-        &args.model.model,
-        &LoadOptions {
-            loras,
-            text_precision: args.text_precision.as_deref().map(|p| match p {
-                "f32" => Precision::F32,
-                _ => Precision::Bf16,
-            }),
-            ..Default::default()
-        },
-        ui,
-    )?;
+    let (mut noise, seed) = noise_source(&args.noise, ui)?;
+    let opts = LoadOptions {
+        loras,
+        text_precision: args.text_precision.map(Into::into),
+        chunked_decode: args.decode.chunked(),
+        device: cx.device,
+        ..Default::default()
+    };
+    let pipe = load(&args.model.model, &opts, ui)?;
     let ready = ui.start.elapsed();
-    let mut base_noise = noise_source(&args.noise, ui)?;
-    let mut req = GenerateRequest::new(args.prompt.clone(), args.seconds);
-    req.steps = args.steps;
-    req.cfg_scale = args.cfg;
-    req.apg_scale = args.apg;
-    req.negative_prompt = args.negative_prompt.clone();
-    req.sampler = sampler;
-    req.duration_padding_sec = args.duration_padding;
-    req.init_audio = init_audio;
-    req.inpaint = inpaint;
+    let reqs: Vec<GenerateRequest> = items
+        .iter()
+        .map(|it| {
+            let mut req = GenerateRequest::new(it.prompt.clone(), it.seconds);
+            req.steps = args.steps;
+            req.cfg_scale = args.cfg;
+            req.apg_scale = args.apg;
+            req.negative_prompt = it.negative.clone();
+            req.sampler = args.sampler.map(Into::into);
+            req.duration_padding_sec = args.duration_padding;
+            req.init_audio = init_audio.clone();
+            req.inpaint = inpaint.clone();
+            req
+        })
+        .collect();
 
-    let text_pb = ui.spinner("encoding the prompt");
-    let mut steps_pb: Option<ProgressBar> = None;
-    let mut dec_pb: Option<ProgressBar> = None;
-    let mut on_event = |e: &Event| {
-        match e {
-            Event::TextDone => text_pb.finish_and_clear(),
-            Event::Step { index, total, .. } => {
-                let pb = steps_pb.get_or_insert_with(|| {
-                    if ui.quiet {
-                        return ProgressBar::hidden();
-                    }
-                    let pb = ProgressBar::new(*total as u64);
-                    if let Ok(st) = ProgressStyle::with_template(
-                        "sampling {bar:30} {pos}/{len} steps {elapsed_precise}",
-                    ) {
-                        pb.set_style(st);
-                    }
-                    pb
-                });
-                pb.set_position(*index as u64 + 1);
+    // The audio goes to the files as it is decoded.
+    let channels = pipe.autoencoder().config().audio_channels;
+    let mut files = Outputs::create(paths, channels, pipe.sample_rate(), args.pcm16)?;
+    let result = {
+        let mut sink = |c: &AudioChunk<'_>| files.write(c);
+        let mut progress = ui.generation_progress();
+        let opts = RunOptions {
+            progress: Some(&mut progress),
+            audio: AudioOutput::Stream(&mut sink),
+            ..Default::default()
+        };
+        match &args.noise.noise_out {
+            Some(p) => {
+                let mut rec = RecordingNoise::new(noise.as_mut());
+                let out = pipe.run_batch(&reqs, &mut rec, opts);
+                out.and_then(|o| rec.save(p).map(|()| o).map_err(Error::from))
             }
-            Event::Decoding => {
-                if let Some(pb) = &steps_pb {
-                    pb.finish_and_clear();
-                }
-                dec_pb = Some(ui.spinner("decoding"));
-            }
-            Event::Decoded => {
-                if let Some(pb) = &dec_pb {
-                    pb.finish_and_clear();
-                }
-            }
-            Event::AudioEncoded => {}
+            None => pipe.run_batch(&reqs, noise.as_mut(), opts),
         }
-        ControlFlow::Continue(())
     };
-    let out = if let Some(p) = &args.noise.noise_out {
-        let mut rec = RecordingNoise::new(base_noise.as_mut());
-        let out = pipe.generate(&req, &mut rec, &mut on_event)?;
-        rec.save(p)?;
-        out
-    } else {
-        pipe.generate(&req, base_noise.as_mut(), &mut on_event)?
+    let out = match result {
+        Ok(o) => o,
+        Err(e) => {
+            files.discard();
+            return Err(e);
+        }
     };
-    write_audio(&args.output, &out.audio, pipe.sample_rate(), args.pcm16)?;
+    let (paths, peaks, samples) = files.finish()?;
     if let Some(p) = &args.latents_out {
         aria_core::save_safetensors(p, &[("latents", &out.latents)], None)?;
     }
+    let t = &out.timings;
+    let sr = f64::from(pipe.sample_rate());
+    if cx.json {
+        let outputs: Vec<Value> = paths
+            .iter()
+            .zip(&items)
+            .zip(&peaks)
+            .map(|((p, it), peak)| {
+                json!({
+                    "path": p.display().to_string(),
+                    "prompt": it.prompt,
+                    "negative_prompt": it.negative,
+                    "seconds": it.seconds,
+                    "samples": samples,
+                    "peak": peak,
+                })
+            })
+            .collect();
+        print_json(&json!({
+            "command": "generate",
+            "model": pipe.files().dir.display().to_string(),
+            "seed": seed,
+            "rng": args.noise.rng.to_string(),
+            "noise_file": args.noise.noise.as_ref().map(|p| p.display().to_string()),
+            "steps": args.steps,
+            "cfg_scale": args.cfg,
+            "sample_rate": pipe.sample_rate(),
+            "channels": channels,
+            "latents": out.latents.shape(),
+            "latents_out": args.latents_out.as_ref().map(|p| p.display().to_string()),
+            "outputs": outputs,
+            "timings_s": timings_json(ready, t, ui.start.elapsed()),
+        }));
+    }
     if !ui.quiet {
-        let t = &out.timings;
+        for (p, peak) in paths.iter().zip(&peaks) {
+            eprintln!(
+                "wrote {} ({:.2} s, peak {peak:.3})",
+                p.display(),
+                samples as f64 / sr
+            );
+        }
         let per_step = if t.steps.is_empty() {
             Duration::ZERO
         } else {
             t.steps.iter().sum::<Duration>() / t.steps.len() as u32
         };
-        eprintln!(
-            "wrote {} ({:.2} s, peak {:.3})",
-            args.output.display(),
-            out.audio.shape()[1] as f64 / f64::from(pipe.sample_rate()),
-            out.audio
-                .to_vec_f32()?
-                .iter()
-                .fold(0f32, |m, v| m.max(v.abs()))
-        );
         eprintln!(
             "timing: ready {} | text {} | {} steps × {} | decode {} | total {}",
             secs(ready),
@@ -450,49 +307,74 @@ fn generate(args: &GenerateArgs, ui: &Ui) -> Result<()> {
     Ok(())
 }
 
-fn demo(args: &DemoArgs, ui: &Ui) -> Result<()> {
-    let g = GenerateArgs {
-        model: ModelArg { model: None },
-        prompt: args.prompt.clone(),
-        seconds: args.seconds,
-        steps: 8,
-        cfg: 1.0,
-        negative_prompt: None,
-        apg: 1.0,
-        sampler: None,
-        init_audio: None,
-        init_noise_level: 0.8,
-        inpaint_audio: None,
-        inpaint_range: Vec::new(),
-        lora: Vec::new(),
-        duration_padding: 6.0,
-        noise: NoiseArgs {
-            seed: Some(args.seed),
-            noise: None,
-            noise_out: None,
-        },
-        latents_out: None,
-        output: args.output.clone(),
-        pcm16: false,
-        text_precision: None,
-    };
-    generate(&g, ui)
+fn timings_json(ready: Duration, t: &aria::Timings, total: Duration) -> Value {
+    json!({
+        "ready": ready.as_secs_f64(),
+        "text": t.text.as_secs_f64(),
+        "encode": t.encode.as_secs_f64(),
+        "steps": t.steps.iter().map(Duration::as_secs_f64).collect::<Vec<_>>(),
+        "decode": t.decode.as_secs_f64(),
+        "total": total.as_secs_f64(),
+    })
 }
 
-fn encode(args: &EncodeArgs, ui: &Ui) -> Result<()> {
+fn print_json(v: &Value) {
+    println!("{v}");
+}
+
+fn demo(a: &DemoArgs, cx: &Ctx) -> Result<()> {
+    let argv = [
+        "aria",
+        "generate",
+        "--prompt",
+        &a.prompt,
+        "--seed",
+        &a.seed.to_string(),
+        "--seconds",
+        &a.seconds.to_string(),
+        "--output",
+        &a.output.display().to_string(),
+    ]
+    .map(String::from);
+    match Cli::try_parse_from(argv) {
+        Ok(Cli {
+            cmd: Cmd::Generate(g),
+            ..
+        }) => generate(&g, cx),
+        Ok(_) => Err(Error::Input("demo: internal argument error".into())),
+        Err(e) => Err(Error::Input(e.to_string())),
+    }
+}
+
+fn encode(args: &EncodeArgs, cx: &Ctx) -> Result<()> {
     let clip = read_audio(&args.input)?;
-    let mut noise = noise_source(&args.noise, ui)?;
-    let pipe = load(&args.model.model, &LoadOptions::default(), ui)?;
-    let pb = ui.spinner("encoding");
+    let (mut noise, _) = noise_source(&args.noise, &cx.ui)?;
+    let opts = LoadOptions {
+        device: cx.device,
+        ..Default::default()
+    };
+    let pipe = load(&args.model.model, &opts, &cx.ui)?;
+    let pb = cx.ui.spinner("encoding");
     let z = pipe.encode_audio(&clip, noise.as_mut())?;
     pb.finish_and_clear();
     aria_core::save_safetensors(&args.output, &[("latents", &z)], None)?;
-    ui.note(&format!("wrote {} {:?}", args.output.display(), z.shape()));
+    if cx.json {
+        print_json(&json!({
+            "command": "encode",
+            "input": args.input.display().to_string(),
+            "output": args.output.display().to_string(),
+            "latents": z.shape(),
+        }));
+    }
+    cx.ui
+        .note(&format!("wrote {} {:?}", args.output.display(), z.shape()));
     Ok(())
 }
 
-fn decode(args: &DecodeArgs, ui: &Ui) -> Result<()> {
-    let w = aria_core::WeightLoader::open(&[&args.input])?;
+/// The latents of a safetensors file: tensor `latents`, or its only tensor; `[C, T]` becomes
+/// `[1, C, T]`.
+fn read_latents(path: &Path) -> Result<aria_core::Tensor> {
+    let w = aria_core::WeightLoader::open(&[path])?;
     let names = w.names();
     let name = if names.iter().any(|n| n == "latents") {
         "latents".to_string()
@@ -501,16 +383,24 @@ fn decode(args: &DecodeArgs, ui: &Ui) -> Result<()> {
     } else {
         return Err(Error::Input(format!(
             "{}: no tensor named `latents`",
-            args.input.display()
+            path.display()
         )));
     };
-    let mut z = w.get_any(&name)?.to_dtype(aria_core::DType::F32)?;
-    if z.rank() == 2 {
-        z = z.unsqueeze(0)?;
-    }
-    let mut noise = noise_source(&args.noise, ui)?;
-    let pipe = load(&args.model.model, &LoadOptions::default(), ui)?;
-    let c = pipe.config().model.io_channels;
+    let z = w.get_any(&name)?.to_dtype(aria_core::DType::F32)?;
+    Ok(if z.rank() == 2 { z.unsqueeze(0)? } else { z })
+}
+
+fn decode(args: &DecodeArgs, cx: &Ctx) -> Result<()> {
+    Container::of(&args.output)?;
+    let z = read_latents(&args.input)?;
+    let (mut noise, _) = noise_source(&args.noise, &cx.ui)?;
+    let opts = LoadOptions {
+        chunked_decode: args.decode.chunked(),
+        device: cx.device,
+        ..Default::default()
+    };
+    let pipe = load(&args.model.model, &opts, &cx.ui)?;
+    let c = pipe.latent_channels();
     if z.rank() != 3 || z.shape()[0] != 1 || z.shape()[1] != c {
         return Err(Error::Input(format!(
             "{}: latents of shape {:?}, the model needs [1, {c}, T]",
@@ -518,18 +408,39 @@ fn decode(args: &DecodeArgs, ui: &Ui) -> Result<()> {
             z.shape()
         )));
     }
-    let pb = ui.spinner("decoding");
-    let audio = pipe.decode_latents(&z, noise.as_mut())?;
+    let channels = pipe.autoencoder().config().audio_channels;
+    let mut files = Outputs::create(
+        vec![args.output.clone()],
+        channels,
+        pipe.sample_rate(),
+        args.pcm16,
+    )?;
+    let pb = cx.ui.spinner("decoding");
+    let r = pipe.decode_latents_to(&z, noise.as_mut(), &mut |c: &AudioChunk<'_>| files.write(c));
     pb.finish_and_clear();
-    write_audio(&args.output, &audio, pipe.sample_rate(), args.pcm16)?;
-    ui.note(&format!("wrote {}", args.output.display()));
+    if let Err(e) = r {
+        files.discard();
+        return Err(e);
+    }
+    let (_, peaks, samples) = files.finish()?;
+    if cx.json {
+        print_json(&json!({
+            "command": "decode",
+            "input": args.input.display().to_string(),
+            "output": args.output.display().to_string(),
+            "samples": samples,
+            "sample_rate": pipe.sample_rate(),
+            "peak": peaks.first(),
+        }));
+    }
+    cx.ui.note(&format!("wrote {}", args.output.display()));
     Ok(())
 }
 
-fn info(args: &InfoArgs, ui: &Ui) -> Result<()> {
+fn info(args: &InfoArgs, cx: &Ctx) -> Result<()> {
     let files = match &args.model.model {
         Some(m) => resolve_model(m, &SearchPaths::from_env())?,
-        None => demo_model(ui)?,
+        None => demo_model(&cx.ui)?,
     };
     let info = aria::info::model_info(&files)?;
     let cfg = aria_dit::config::ModelConfig::from_file(&files.config)?;
@@ -537,7 +448,7 @@ fn info(args: &InfoArgs, ui: &Ui) -> Result<()> {
     let geometry = aria::plan::Geometry {
         sample_rate: cfg.sample_rate,
         downsampling_ratio: ae.downsampling_ratio,
-        latent_align: 2,
+        latent_align: ae.latent_align,
         max_samples: aria::pipeline::GENERATE_SAMPLE_SIZE.max(cfg.sample_size),
     };
     println!("model: {}", files.dir.display());
@@ -552,17 +463,75 @@ fn info(args: &InfoArgs, ui: &Ui) -> Result<()> {
     Ok(())
 }
 
+fn models(cx: &Ctx) -> Result<()> {
+    let mut search = SearchPaths::from_env();
+    search.local_roots.push(
+        demo_dir()
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default(),
+    );
+    let found = find_models(&search);
+    if cx.json {
+        let list: Vec<Value> = found
+            .iter()
+            .map(|m| {
+                json!({
+                    "name": m.name,
+                    "source": match m.source {
+                        ModelSource::HubCache => "hub-cache",
+                        ModelSource::Local => "local",
+                    },
+                    "dir": m.files.dir.display().to_string(),
+                })
+            })
+            .collect();
+        print_json(&json!({ "command": "models", "models": list }));
+        return Ok(());
+    }
+    if found.is_empty() {
+        println!(
+            "no model found (looked in {}); download one with \
+             `huggingface-cli download stabilityai/stable-audio-3-small-music`",
+            search
+                .hub_caches
+                .iter()
+                .chain(&search.local_roots)
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    for m in &found {
+        println!("{}\t{}", m.name, m.files.dir.display());
+    }
+    Ok(())
+}
+
 fn run(cli: &Cli, start: Instant) -> Result<()> {
-    let ui = Ui {
-        quiet: cli.quiet,
-        start,
+    if let Some(n) = cli.threads {
+        if n == 0 {
+            return Err(Error::Input("--threads must be at least 1".into()));
+        }
+        aria_core::threads::set_num_threads(n)?;
+    }
+    let device: DeviceKind = cli.device.into();
+    device.check()?;
+    let cx = Ctx {
+        ui: Ui {
+            quiet: cli.quiet,
+            start,
+        },
+        json: cli.json,
+        device,
     };
     match &cli.cmd {
-        Cmd::Generate(a) => generate(a, &ui),
-        Cmd::Demo(a) => demo(a, &ui),
-        Cmd::Encode(a) => encode(a, &ui),
-        Cmd::Decode(a) => decode(a, &ui),
-        Cmd::Info(a) => info(a, &ui),
+        Cmd::Generate(a) => generate(a, &cx),
+        Cmd::Demo(a) => demo(a, &cx),
+        Cmd::Encode(a) => encode(a, &cx),
+        Cmd::Decode(a) => decode(a, &cx),
+        Cmd::Info(a) => info(a, &cx),
+        Cmd::Models => models(&cx),
     }
 }
 

@@ -370,3 +370,263 @@ fn text_precision_flag() {
     let out = aria(&gen_args(m, &p("o.wav"), &["--text-precision", "f16"]), &d);
     assert!(!out.status.success());
 }
+
+fn ok(out: &Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    err
+}
+
+/// The warning about random weights is printed even with `-q`.
+#[test]
+fn random_weights_warning_survives_quiet() {
+    let d = tmp("quietdemo");
+    let wav = d.join("q.wav");
+    let err = ok(&aria(
+        &[
+            "demo",
+            "-q",
+            "--seconds",
+            "0.3",
+            "-o",
+            wav.to_str().unwrap(),
+        ],
+        &d,
+    ));
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains("RANDOM weights"), "{err}");
+}
+
+/// The WAV written while decoding has the bytes of a whole-tensor `write_wav` of the library's
+/// output; a clip over several decode windows, with `--json` describing it.
+#[test]
+fn streamed_wav_matches_the_library_and_json_describes_it() {
+    let d = tmp("stream");
+    let m = model();
+    let a = d.join("a.wav");
+    let out = aria(
+        &gen_args(
+            m.to_str().unwrap(),
+            a.to_str().unwrap(),
+            &[
+                "--json",
+                "--seconds",
+                "20",
+                "--duration-padding",
+                "1",
+                "--steps",
+                "2",
+            ],
+        ),
+        &d,
+    );
+    ok(&out);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["command"], "generate");
+    assert_eq!(v["seed"], 1);
+    assert_eq!(v["outputs"][0]["path"], a.display().to_string());
+    assert_eq!(v["outputs"][0]["samples"], 20 * 44100);
+    assert_eq!(v["timings_s"]["steps"].as_array().unwrap().len(), 2);
+
+    let files = aria::discover::resolve_model(m.to_str().unwrap(), &Default::default()).unwrap();
+    let p = aria::Pipeline::load(&files, &Default::default()).unwrap();
+    let mut r = aria::GenerateRequest::new("soft rain", 20.0);
+    r.steps = 2;
+    r.duration_padding_sec = 1.0;
+    let g = p
+        .run(&r, &mut aria::TorchNoise::new(1), Default::default())
+        .unwrap();
+    let b = d.join("b.wav");
+    aria_codec::audio::write_wav(&b, &g.audio, 44100, aria_codec::audio::WavFormat::F32).unwrap();
+    assert!(std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap());
+}
+
+/// `-o x.flac` writes FLAC (24-bit): it decodes to the WAV's samples within the quantization.
+#[test]
+fn flac_output_by_extension() {
+    let d = tmp("flac");
+    let m = model();
+    let (w, f) = (d.join("o.wav"), d.join("o.flac"));
+    for o in [&w, &f] {
+        ok(&aria(
+            &gen_args(
+                m.to_str().unwrap(),
+                o.to_str().unwrap(),
+                &["--seconds", "1.5"],
+            ),
+            &d,
+        ));
+    }
+    assert_eq!(&std::fs::read(&f).unwrap()[..4], b"fLaC");
+    let (wa, fa) = (
+        aria_codec::audio::read_audio(&w).unwrap(),
+        aria_codec::audio::read_audio(&f).unwrap(),
+    );
+    assert_eq!(
+        (fa.channels(), fa.frames(), fa.sample_rate),
+        (2, 66150, 44100)
+    );
+    let (wv, fv) = (wa.data.to_vec_f32().unwrap(), fa.data.to_vec_f32().unwrap());
+    let worst = wv
+        .iter()
+        .zip(&fv)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(worst <= 1.5 / 8_388_607.0, "max |Δ| {worst}");
+    assert!(wv.iter().any(|v| v.abs() > 1e-3), "not silence");
+    assert_one_line_error(
+        &aria(&gen_args(m.to_str().unwrap(), "o.mp3", &[]), &d),
+        "unknown output format",
+    );
+}
+
+/// Several prompts (official `-p a b` or repeated `-p`) are one batch with indexed file names;
+/// official aliases parse.
+#[test]
+fn batches_and_official_aliases() {
+    let d = tmp("batch");
+    let m = model();
+    let o = d.join("set.wav");
+    let err = ok(&aria(
+        &[
+            "generate",
+            "-m",
+            m.to_str().unwrap(),
+            "-p",
+            "rain",
+            "wind",
+            "--duration",
+            "0.5",
+            "0.7",
+            "--cfg-scale",
+            "1",
+            "--seed",
+            "-1",
+            "-t",
+            "1",
+            "-o",
+            o.to_str().unwrap(),
+        ],
+        &d,
+    ));
+    assert!(err.contains("seed: "), "a random seed is printed: {err}");
+    for i in 0..2 {
+        let c = aria_codec::audio::read_audio(d.join(format!("set_{i}.wav"))).unwrap();
+        // Different durations: full length, as the official batch returns it.
+        assert_eq!(c.channels(), 2);
+        assert!(c.frames() >= 30870, "{}", c.frames());
+    }
+    assert!(!o.exists());
+    let o2 = d.join("rep.wav");
+    ok(&aria(
+        &gen_args(
+            m.to_str().unwrap(),
+            o2.to_str().unwrap(),
+            &["--batch-size", "2", "--seconds", "0.3"],
+        ),
+        &d,
+    ));
+    let (a, b) = (
+        aria_codec::audio::read_audio(d.join("rep_0.wav")).unwrap(),
+        aria_codec::audio::read_audio(d.join("rep_1.wav")).unwrap(),
+    );
+    assert_eq!(a.frames(), 13230);
+    assert_ne!(
+        a.data.to_vec_f32().unwrap(),
+        b.data.to_vec_f32().unwrap(),
+        "batch items get their own noise"
+    );
+    let mut neg = gen_args(m.to_str().unwrap(), "x.wav", &[]);
+    neg[7] = "-2";
+    assert_one_line_error(&aria(&neg, &d), "--seed -2");
+    assert_one_line_error(
+        &aria(
+            &gen_args(
+                m.to_str().unwrap(),
+                "x.wav",
+                &["--inpaint-start", "1", "--inpaint-end", "2"],
+            ),
+            &d,
+        ),
+        "--inpaint-audio",
+    );
+}
+
+/// A Windows path without a strength is a path, not a bad strength.
+#[test]
+fn lora_windows_path_parses() {
+    let d = tmp("winlora");
+    let m = model();
+    assert_one_line_error(
+        &aria(
+            &gen_args(
+                m.to_str().unwrap(),
+                "x.wav",
+                &["--lora", r"C:\x.safetensors"],
+            ),
+            &d,
+        ),
+        r"C:\x.safetensors",
+    );
+}
+
+/// `--device` names the cargo feature when the backend is not built in.
+#[test]
+fn device_not_built_in() {
+    let d = tmp("device");
+    let m = model();
+    for dev in ["wgpu", "cuda"] {
+        let mut a = gen_args(m.to_str().unwrap(), "x.wav", &[]);
+        a.extend_from_slice(&["--device", dev]);
+        let out = aria(&a, &d);
+        if cfg!(feature = "wgpu") && dev == "wgpu" || cfg!(feature = "cuda") && dev == "cuda" {
+            assert_one_line_error(&out, "do not run on it yet");
+        } else {
+            assert_one_line_error(&out, &format!("--features {dev}"));
+        }
+    }
+}
+
+/// `aria models` lists the complete folders of the Hugging Face cache.
+#[test]
+fn models_lists_what_discovery_finds() {
+    let d = tmp("models");
+    let home = d.join("hf");
+    let snap = home.join("hub/models--stabilityai--stable-audio-3-small-sfx/snapshots/r1");
+    copy_dir(&model(), &snap);
+    let run = |json: bool| {
+        let mut args = vec!["models"];
+        if json {
+            args.push("--json");
+        }
+        let out = Command::new(env!("CARGO_BIN_EXE_aria"))
+            .args(&args)
+            .env("HF_HOME", &home)
+            .env_remove("HF_HUB_CACHE")
+            .env("XDG_CACHE_HOME", &d)
+            .current_dir(&d)
+            .output()
+            .unwrap();
+        ok(&out);
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = run(false);
+    assert!(text.starts_with("small-sfx\t"), "{text}");
+    assert!(text.contains("snapshots/r1"), "{text}");
+    let v: serde_json::Value = serde_json::from_str(&run(true)).unwrap();
+    assert_eq!(v["models"][0]["name"], "small-sfx");
+    assert_eq!(v["models"][0]["source"], "hub-cache");
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let t = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy_dir(&e.path(), &t);
+        } else {
+            std::fs::copy(e.path(), t).unwrap();
+        }
+    }
+}

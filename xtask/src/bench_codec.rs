@@ -17,12 +17,9 @@ use std::process::Command;
 use std::time::Instant;
 
 use aria_codec::{
-    Autoencoder, AutoencoderConfig, GaussianNoise, NoiseSource, StreamingDecoder, WindowedDecoder,
+    Autoencoder, AutoencoderConfig, NoiseSource, SeededNoise, StreamingDecoder, WindowedDecoder,
 };
 use aria_core::{Tensor, WeightLoader};
-
-/// Official PyTorch decode times (2 CPU threads) for 10 s and 30 s: unchunked, chunked.
-const OFFICIAL: [(f64, f64, f64); 2] = [(10.0, 4.3, 5.6), (30.0, 11.7, 12.4)];
 
 const D: usize = 768;
 const DEPTH: usize = 6;
@@ -61,7 +58,7 @@ fn config_json() -> String {
 
 /// Collects random tensors under the official key layout.
 struct Weights {
-    rng: GaussianNoise,
+    rng: SeededNoise,
     tensors: Vec<(String, Tensor)>,
 }
 
@@ -116,7 +113,7 @@ impl Weights {
 /// Random real-shape SAME-S weights in the official key layout, written to `dir`.
 fn write_weights(dir: &Path) -> Result<PathBuf, String> {
     let mut w = Weights {
-        rng: GaussianNoise::new(20240531),
+        rng: SeededNoise::new(20240531),
         tensors: Vec::new(),
     };
     w.blocks("encoder.layers.0")?;
@@ -183,8 +180,8 @@ fn child(args: &[String]) -> Result<(), String> {
     let loader =
         WeightLoader::open(&[dir.join("same_s_random.safetensors")]).map_err(|e| e.to_string())?;
     let ae = Autoencoder::load(&cfg, &loader).map_err(|e| e.to_string())?;
-    let z = GaussianNoise::new(7)
-        .normal(&[1, LATENT, t])
+    let z = SeededNoise::new(7)
+        .draw(&[1, LATENT, t], "latents")
         .map_err(|e| e.to_string())?;
     let mut times = Vec::new();
     let mut cpu = Vec::new();
@@ -304,6 +301,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             o => return Err(format!("unknown option `{o}`")),
         }
     }
+    println!("machine: {}", crate::bench_official::machine_line());
     let dir = std::env::temp_dir().join(format!("aria-bench-codec-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let res = (|| -> Result<(), String> {
@@ -330,12 +328,6 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 println!(
                     "{secs:>5}s {t:>5} {mode:>10} {s:>9.3} {c:>9.3} {m:>10.0} {:>9.2}",
                     s / whole
-                );
-            }
-            if let Some((_, u, c)) = OFFICIAL.iter().find(|o| o.0 == secs) {
-                println!(
-                    "        official PyTorch (quoted, 2 threads): unchunked {u} s, chunked {c} s -> aria whole is {:.2}x of unchunked",
-                    whole / u
                 );
             }
         }

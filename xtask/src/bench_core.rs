@@ -397,6 +397,7 @@ fn measure(
 /// Run the benchmark with its arguments.
 pub fn run(args: &[String]) -> Result<(), String> {
     let o = parse(args)?;
+    println!("machine: {}", crate::bench_official::machine_line());
     let isa = Isa::detect();
     println!(
         "# aria-core CPU kernels (path: {}, medians of {} runs)",

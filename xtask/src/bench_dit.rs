@@ -245,6 +245,7 @@ fn rand_tensor(rng: &mut Rng, shape: &[usize]) -> Result<Tensor, String> {
 /// Run the benchmark.
 pub fn run(args: &[String]) -> Result<(), String> {
     let o = parse(args)?;
+    println!("machine: {}", crate::bench_official::machine_line());
     let cfg = small_music()?;
     let path: PathBuf =
         std::env::temp_dir().join(format!("aria-bench-dit-{}.safetensors", std::process::id()));

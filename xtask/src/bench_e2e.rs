@@ -145,7 +145,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn default_model() -> Result<PathBuf, String> {
+pub(crate) fn default_model() -> Result<PathBuf, String> {
     let dir =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench-models/small-music-f32");
     if aria::discover::missing_files(&dir).is_empty() {
@@ -183,6 +183,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         return child(Path::new(model), secs, steps);
     }
     let o = parse(args)?;
+    println!("machine: {}", crate::bench_official::machine_line());
     let model = match &o.model {
         Some(m) => m.clone(),
         None => default_model()?,

@@ -8,15 +8,19 @@ mod bench_codec;
 mod bench_core;
 mod bench_dit;
 mod bench_e2e;
+mod bench_official;
 mod bench_text;
+mod fidelity;
 mod synth;
 
 fn usage() -> &'static str {
     "usage: cargo xtask <task>\n\
      tasks:\n\
      \x20 bench core|text|dit|codec|e2e [options]   run a benchmark\n\
+     \x20 bench official [--ref-dir DIR] [options]  the official code and aria side by side\n\
      \x20 synth-model --preset small-music|small-sfx|medium --dtype f32|f16 --out DIR\n\
-     \x20                                            write a random real-shape checkpoint"
+     \x20                                            write a random real-shape checkpoint\n\
+     \x20 fidelity --model DIR --cases FILE          compare with official reference outputs"
 }
 
 fn main() -> ExitCode {
@@ -29,10 +33,12 @@ fn main() -> ExitCode {
             Some("dit") => bench_dit::run(&rest(2)),
             Some("codec") => bench_codec::run(&rest(2)),
             Some("e2e") => bench_e2e::run(&rest(2)),
+            Some("official") => bench_official::run(&rest(2)),
             Some(other) => Err(format!("unknown benchmark `{other}`\n{}", usage())),
             None => Err(usage().to_string()),
         },
         Some("synth-model") => synth::run(&rest(1)),
+        Some("fidelity") => fidelity::run(&rest(1)),
         _ => Err(usage().to_string()),
     };
     match res {

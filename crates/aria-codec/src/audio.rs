@@ -6,9 +6,15 @@
 //! with 6 zero crossings per side and rolloff 0.99, polyphase after reducing the rates by their
 //! gcd). [`resample`] implements that same algorithm (same kernel, same padding, same output
 //! length `ceil(n · to / from)`), so it matches the reference up to f32 summation order rather
-//! than approximately (a general-purpose resampler such as rubato's has another filter and a
-//! fractional delay). Inputs already at the target rate are passed through untouched, as in the
-//! reference.
+//! than approximately — whenever the reduced ratio keeps that kernel small (see
+//! [`resample_plan`]): every usual rate (8, 11.025, 16, 22.05, 24, 32, 48, 88.2, 96, 176.4 and
+//! 192 kHz to 44.1 kHz, and back). The polyphase kernel has one phase per output sample of the
+//! reduced ratio, each as long as one input period, so it grows with the product of the reduced
+//! rates (44 101 Hz → 44 100 Hz would need 1.9·10⁹ taps, 7.8 GB); past the limit a windowed-sinc
+//! resampler of bounded size (rubato's, 256 taps, 256 sub-phases, cubic interpolation between
+//! them) is used instead, with the same output length and its filter delay removed (aligned
+//! with the input to within one output sample). Inputs already at the target rate are passed
+//! through untouched, as in the reference.
 
 use std::path::Path;
 
@@ -237,10 +243,66 @@ fn read_symphonia(path: &Path) -> Result<AudioClip> {
     deinterleave(path, &inter, ch, rate)
 }
 
-/// Resample `[channels, n]` from `from` Hz to `to` Hz with the reference's algorithm
-/// (torchaudio `Resample`, `sinc_interp_hann`, 6 zero crossings, rolloff 0.99; kernel built in
-/// f64, applied in f32); returns `[channels, ceil(n · to / from)]`. Equal rates return the input
-/// unchanged.
+/// Largest torchaudio kernel [`resample`] builds, in taps (phases × taps per phase): 1 MiB of
+/// f32.
+pub const MAX_EXACT_KERNEL_TAPS: usize = 1 << 18;
+
+/// Longest torchaudio kernel phase [`resample`] builds (the multiply–adds per output sample).
+pub const MAX_EXACT_PHASE_TAPS: usize = 1024;
+
+/// Zero crossings per side of the torchaudio kernel.
+const ZEROS: f64 = 6.0;
+/// Rolloff of the torchaudio kernel.
+const ROLLOFF: f64 = 0.99;
+
+/// How [`resample`] converts between two rates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResamplePlan {
+    /// Equal rates: the input is returned unchanged.
+    Passthrough,
+    /// The reference's torchaudio algorithm, with a kernel of `phases × taps` f32 values
+    /// (at most [`MAX_EXACT_KERNEL_TAPS`], `taps` at most [`MAX_EXACT_PHASE_TAPS`]).
+    Exact {
+        /// Output phases (the reduced target rate).
+        phases: usize,
+        /// Taps per phase (one reduced input period plus the sinc's two wings).
+        taps: usize,
+    },
+    /// A bounded windowed-sinc resampler (rubato): its filter tables and buffers have the same
+    /// size whatever the rates.
+    Bounded,
+}
+
+/// The method [`resample`] uses from `from` Hz to `to` Hz (both non-zero).
+pub fn resample_plan(from: u32, to: u32) -> ResamplePlan {
+    if from == to {
+        return ResamplePlan::Passthrough;
+    }
+    let (orig, new, width) = exact_geometry(from, to);
+    let taps = 2 * width + orig;
+    match new.checked_mul(taps) {
+        Some(k) if k <= MAX_EXACT_KERNEL_TAPS && taps <= MAX_EXACT_PHASE_TAPS => {
+            ResamplePlan::Exact { phases: new, taps }
+        }
+        _ => ResamplePlan::Bounded,
+    }
+}
+
+/// The reduced rates and the sinc half-width (in input samples) of the torchaudio kernel.
+fn exact_geometry(from: u32, to: u32) -> (usize, usize, usize) {
+    let g = gcd(u64::from(from), u64::from(to));
+    let (orig, new) = ((u64::from(from) / g) as usize, (u64::from(to) / g) as usize);
+    let base = orig.min(new) as f64 * ROLLOFF;
+    let width = (ZEROS * orig as f64 / base).ceil() as usize;
+    (orig, new, width)
+}
+
+/// Resample `[channels, n]` from `from` Hz to `to` Hz; returns `[channels, ceil(n · to / from)]`.
+/// For the usual rates this is the reference's algorithm (torchaudio `Resample`,
+/// `sinc_interp_hann`, 6 zero crossings, rolloff 0.99; kernel built in f64, applied in f32);
+/// for a ratio whose torchaudio kernel would be larger than [`MAX_EXACT_KERNEL_TAPS`], a
+/// bounded sinc resampler (see [`resample_plan`] and the module docs). Equal rates return the
+/// input unchanged.
 pub fn resample(data: &Tensor, from: u32, to: u32) -> Result<Tensor> {
     let s = data.shape();
     if s.len() != 2 {
@@ -254,17 +316,23 @@ pub fn resample(data: &Tensor, from: u32, to: u32) -> Result<Tensor> {
         )));
     }
     let x = data.to_dtype(DType::F32)?.contiguous()?;
-    if from == to || s[1] == 0 {
+    if from == to || s[1] == 0 || s[0] == 0 {
         return Ok(x);
     }
     let (ch, n) = (s[0], s[1]);
     let v = x.to_vec_f32()?;
-    let g = gcd(from as u64, to as u64);
-    let (orig, new) = ((from as u64 / g) as usize, (to as u64 / g) as usize);
-    const ZEROS: f64 = 6.0;
-    const ROLLOFF: f64 = 0.99;
+    let target = (n as u64 * u64::from(to)).div_ceil(u64::from(from)) as usize;
+    let out = match resample_plan(from, to) {
+        ResamplePlan::Exact { .. } => resample_exact(&v, ch, n, from, to, target),
+        _ => resample_bounded(&v, ch, n, from, to, target)?,
+    };
+    Ok(Tensor::from_vec(out, &[ch, target])?)
+}
+
+/// The torchaudio algorithm on channel-major `v` (`ch × n`), `target` samples per channel.
+fn resample_exact(v: &[f32], ch: usize, n: usize, from: u32, to: u32, target: usize) -> Vec<f32> {
+    let (orig, new, width) = exact_geometry(from, to);
     let base = orig.min(new) as f64 * ROLLOFF;
-    let width = (ZEROS * orig as f64 / base).ceil() as usize;
     let klen = 2 * width + orig;
     // kernel[p][m], p = output phase, m = tap.
     let mut kernel = vec![0f32; new * klen];
@@ -283,7 +351,6 @@ pub fn resample(data: &Tensor, from: u32, to: u32) -> Result<Tensor> {
             kernel[p * klen + m] = (sinc * w * scale) as f32;
         }
     }
-    let target = ((n as u64 * new as u64).div_ceil(orig as u64)) as usize;
     let frames = target.div_ceil(new);
     let mut out = vec![0f32; ch * target];
     for c in 0..ch {
@@ -308,7 +375,51 @@ pub fn resample(data: &Tensor, from: u32, to: u32) -> Result<Tensor> {
             }
         }
     }
-    Ok(Tensor::from_vec(out, &[ch, target])?)
+    out
+}
+
+/// Input frames per rubato call.
+const BOUNDED_CHUNK: usize = 1024;
+
+/// A bounded sinc resampler (rubato) on channel-major `v` (`ch × n`): the filter delay is
+/// removed in whole output samples, and the output has `target` samples per channel.
+fn resample_bounded(
+    v: &[f32],
+    ch: usize,
+    n: usize,
+    from: u32,
+    to: u32,
+    target: usize,
+) -> Result<Vec<f32>> {
+    use rubato::audioadapter_buffers::direct::SequentialSlice;
+    use rubato::{
+        Async, FixedAsync, Resampler, SincInterpolationParameters, SincInterpolationType,
+        WindowFunction,
+    };
+    let err = |e: &dyn std::fmt::Display| {
+        CodecError::Invalid(format!("resampling {from} Hz → {to} Hz: {e}"))
+    };
+    let params = SincInterpolationParameters::new(256, WindowFunction::BlackmanHarris2)
+        .oversampling_factor(256)
+        .interpolation(SincInterpolationType::Cubic);
+    let ratio = f64::from(to) / f64::from(from);
+    let mut rs = Async::<f32>::new_sinc(ratio, 1.0, &params, BOUNDED_CHUNK, ch, FixedAsync::Input)
+        .map_err(|e| err(&e))?;
+    let cap = rs.process_all_needed_output_len(n).max(target);
+    let mut buf = vec![0f32; ch * cap];
+    let input = SequentialSlice::new(v, ch, n).map_err(|e| err(&e))?;
+    let produced = {
+        let mut output = SequentialSlice::new_mut(&mut buf, ch, cap).map_err(|e| err(&e))?;
+        rs.process_all_into_buffer(&input, &mut output, n, None)
+            .map_err(|e| err(&e))?
+            .1
+    };
+    let keep = produced.min(target);
+    let mut out = vec![0f32; ch * target];
+    for c in 0..ch {
+        out[c * target..c * target + keep].copy_from_slice(&buf[c * cap..c * cap + keep]);
+    }
+    Ok(out)
 }
 
 fn gcd(a: u64, b: u64) -> u64 {

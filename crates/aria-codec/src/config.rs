@@ -12,6 +12,30 @@ use serde_json::Value;
 
 use crate::error::{CodecError, Result};
 
+/// How the transformer blocks of a SAME side attend, parsed once from `chunk_size`,
+/// `chunk_midpoint_shift` and `sliding_window`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SameAttention {
+    /// Full attention within chunks of `chunk_size` patch tokens' latent cells (SAME-S: 32,
+    /// i.e. 2 cells of 17 tokens). With `midpoint_shift` the second half of the blocks runs on
+    /// chunks shifted by half a chunk, the sequence extended by copies of its first and last
+    /// half chunk.
+    Chunked {
+        /// Chunk size in patch tokens (a multiple of the stride).
+        chunk_size: usize,
+        /// Shift the chunks of the second half of the blocks by half a chunk.
+        midpoint_shift: bool,
+    },
+    /// Sliding-window attention: a token sees the tokens of `left` latent cells before and
+    /// `right` after it (SAME-L: 1 and 1, a ±17-token band).
+    Band {
+        /// Latent cells seen before.
+        left: usize,
+        /// Latent cells seen after.
+        right: usize,
+    },
+}
+
 /// Configuration of one SAME side (encoder or decoder), the `config` object of
 /// `encoder` / `decoder`. Defaults follow the official constructors.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,12 +59,8 @@ pub struct SameConfig {
     pub differential: bool,
     /// One learned new token shared by every position (`true`) or one per position.
     pub variable_stride: bool,
-    /// Chunked attention: chunk size in patch tokens (SAME-S: 32); unused with a sliding window.
-    pub chunk_size: usize,
-    /// Run the second half of the blocks on chunks shifted by half a chunk (SAME-S).
-    pub chunk_midpoint_shift: bool,
-    /// Sliding-window attention, `[left, right]` in latents (SAME-L: `[1, 1]`).
-    pub sliding_window: Option<[usize; 2]>,
+    /// Chunked (SAME-S) or banded (SAME-L) attention.
+    pub attention: SameAttention,
     /// Kernel-3 (`true`) or kernel-1 mapping convolution.
     pub conv_mapping: bool,
     /// Per level: block `j` uses a `sin(πx)` gate iff `depth − j < sinusoidal_blocks`.
@@ -107,9 +127,19 @@ impl SameConfig {
         let s = self.sinusoidal_blocks.first().copied().unwrap_or(0);
         self.depth() - j < s
     }
-    /// Latent cells per attention chunk (chunked attention only).
-    pub fn cells_per_chunk(&self) -> usize {
-        self.chunk_size / self.stride()
+    /// Latent cells per attention chunk (`None` with banded attention).
+    pub fn cells_per_chunk(&self) -> Option<usize> {
+        match self.attention {
+            SameAttention::Chunked { chunk_size, .. } => Some(chunk_size / self.stride()),
+            SameAttention::Band { .. } => None,
+        }
+    }
+    /// The attention band `(left, right)` in tokens (`None` with chunked attention).
+    pub fn band_tokens(&self) -> Option<(usize, usize)> {
+        match self.attention {
+            SameAttention::Band { left, right } => Some((left * self.cell(), right * self.cell())),
+            SameAttention::Chunked { .. } => None,
+        }
     }
     /// Mapping convolution kernel size.
     pub fn mapping_kernel(&self) -> usize {
@@ -168,11 +198,15 @@ impl SameConfig {
             dim_heads: raw.dim_heads.unwrap_or(128),
             differential: raw.differential.unwrap_or(true),
             variable_stride: raw.variable_stride.unwrap_or(false),
-            chunk_size: raw.chunk_size.unwrap_or(128),
-            chunk_midpoint_shift: raw.chunk_midpoint_shift.unwrap_or(false),
-            sliding_window: match raw.sliding_window {
-                None => None,
-                Some(w) if w.len() == 2 => Some([w[0], w[1]]),
+            attention: match raw.sliding_window {
+                None => SameAttention::Chunked {
+                    chunk_size: raw.chunk_size.unwrap_or(128),
+                    midpoint_shift: raw.chunk_midpoint_shift.unwrap_or(false),
+                },
+                Some(w) if w.len() == 2 => SameAttention::Band {
+                    left: w[0],
+                    right: w[1],
+                },
                 Some(w) => {
                     return Err(cfg_err(
                         path,
@@ -194,36 +228,39 @@ impl SameConfig {
                 "exactly one resampling level (c_mults, strides, transformer_depths of length 1) is supported",
             ));
         }
-        if c.stride() == 0 || c.dim_heads == 0 || c.width() % c.dim_heads != 0 {
+        if c.stride() == 0 || c.dim_heads == 0 || !c.width().is_multiple_of(c.dim_heads) {
             return Err(cfg_err(
                 path,
                 &k("dim_heads"),
                 "width must be a non-zero multiple of dim_heads",
             ));
         }
-        if c.dim_heads % 2 != 0 || c.dim_heads / 2 % 2 != 0 {
+        if !c.dim_heads.is_multiple_of(4) {
             return Err(cfg_err(
                 path,
                 &k("dim_heads"),
                 "must be a multiple of 4 (rotary embedding)",
             ));
         }
-        if c.sliding_window.is_none() && (c.chunk_size % c.stride() != 0 || c.chunk_size == 0) {
-            return Err(cfg_err(
-                path,
-                &k("chunk_size"),
-                "must be a non-zero multiple of the stride",
-            ));
-        }
-        if c.sliding_window.is_none()
-            && c.chunk_midpoint_shift
-            && (c.chunk_size / c.stride()) % 2 != 0
+        if let SameAttention::Chunked {
+            chunk_size,
+            midpoint_shift,
+        } = c.attention
         {
-            return Err(cfg_err(
-                path,
-                &k("chunk_size"),
-                "midpoint shift needs an even number of cells per chunk",
-            ));
+            if chunk_size % c.stride() != 0 || chunk_size == 0 {
+                return Err(cfg_err(
+                    path,
+                    &k("chunk_size"),
+                    "must be a non-zero multiple of the stride",
+                ));
+            }
+            if midpoint_shift && !(chunk_size / c.stride()).is_multiple_of(2) {
+                return Err(cfg_err(
+                    path,
+                    &k("chunk_size"),
+                    "midpoint shift needs an even number of cells per chunk",
+                ));
+            }
         }
         if c.io_channels == c.width() {
             return Err(cfg_err(
@@ -276,6 +313,10 @@ pub struct AutoencoderConfig {
     pub chunked: bool,
     /// Sample rate (top-level `sample_rate`, 44100 when absent).
     pub sample_rate: u32,
+    /// Latents a generated length is a multiple of: `encoder.chunk_size / stride`, with the
+    /// `chunk_size` default (32) the reference `generate()` assumes when the key is absent
+    /// (2 for every released model, SAME-L included).
+    pub latent_align: usize,
 }
 
 fn cfg_err(path: &Path, key: &str, reason: impl std::fmt::Display) -> CodecError {
@@ -284,6 +325,33 @@ fn cfg_err(path: &Path, key: &str, reason: impl std::fmt::Display) -> CodecError
         key: key.to_string(),
         reason: reason.to_string(),
     }
+}
+
+/// Check the string `type` under `v` (`default` when absent) against the allowed values; the
+/// error names the key and every allowed value.
+fn check_type(
+    v: &Value,
+    path: &Path,
+    key: &str,
+    default: Option<&str>,
+    allowed: &[&str],
+) -> Result<()> {
+    let k = format!("{key}.type");
+    let ty = match v.get("type") {
+        None => default.ok_or_else(|| cfg_err(path, &k, "missing"))?,
+        Some(t) => t
+            .as_str()
+            .ok_or_else(|| cfg_err(path, &k, "expected a string"))?,
+    };
+    if allowed.contains(&ty) {
+        return Ok(());
+    }
+    let list: Vec<String> = allowed.iter().map(|a| format!("`{a}`")).collect();
+    Err(cfg_err(
+        path,
+        &k,
+        format!("`{ty}` is not supported (allowed: {})", list.join(", ")),
+    ))
 }
 
 fn get<'a>(v: &'a Value, path: &Path, key: &str, field: &str) -> Result<&'a Value> {
@@ -313,6 +381,13 @@ impl AutoencoderConfig {
         };
         let model = get(v, path, "", "model").map_err(|_| cfg_err(path, "model", "missing"))?;
         let (ae, key, chunked) = if let Some(p) = model.get("pretransform") {
+            check_type(
+                p,
+                path,
+                "model.pretransform",
+                Some("autoencoder"),
+                &["autoencoder"],
+            )?;
             let chunked = match p.get("chunked") {
                 None => false,
                 Some(c) => c.as_bool().ok_or_else(|| {
@@ -340,14 +415,7 @@ impl AutoencoderConfig {
         let side = |name: &str| -> Result<(&Value, String)> {
             let s = get(ae, path, key, name)?;
             let k = format!("{key}.{name}");
-            let ty = s.get("type").and_then(Value::as_str).unwrap_or("same");
-            if ty != "same" {
-                return Err(cfg_err(
-                    path,
-                    &format!("{k}.type"),
-                    format!("`{ty}` is not supported (only `same`)"),
-                ));
-            }
+            check_type(s, path, &k, Some("same"), &["same"])?;
             Ok((get(s, path, &k, "config")?, format!("{k}.config")))
         };
         let (ev, ek) = side("encoder")?;
@@ -361,14 +429,7 @@ impl AutoencoderConfig {
             .unwrap_or(false);
         let bk = format!("{key}.bottleneck");
         let b = get(ae, path, key, "bottleneck")?;
-        let bty = b.get("type").and_then(Value::as_str).unwrap_or("");
-        if bty != "softnorm" {
-            return Err(cfg_err(
-                path,
-                &format!("{bk}.type"),
-                format!("`{bty}` is not supported (only `softnorm`)"),
-            ));
-        }
+        check_type(b, path, &bk, None, &["softnorm"])?;
         let bottleneck: BottleneckConfig =
             serde_json::from_value(get(b, path, &bk, "config")?.clone())
                 .map_err(|e| cfg_err(path, &format!("{bk}.config"), e))?;
@@ -381,14 +442,7 @@ impl AutoencoderConfig {
         }
         let pk = format!("{key}.pretransform");
         let p = get(ae, path, key, "pretransform")?;
-        let pty = p.get("type").and_then(Value::as_str).unwrap_or("");
-        if pty != "patched" {
-            return Err(cfg_err(
-                path,
-                &format!("{pk}.type"),
-                format!("`{pty}` is not supported (only `patched`)"),
-            ));
-        }
+        check_type(p, path, &pk, None, &["patched"])?;
         let pc = get(p, path, &pk, "config")?;
         let num = |v: &Value, k: &str, f: &str| -> Result<usize> {
             get(v, path, k, f)?
@@ -422,7 +476,13 @@ impl AutoencoderConfig {
             ));
         }
         let latent_dim = num(ae, key, "latent_dim")?;
+        let align_chunk = ev
+            .get("chunk_size")
+            .and_then(Value::as_u64)
+            .map_or(32, |c| c as usize);
+        let latent_align = (align_chunk / encoder.stride().max(1)).max(1);
         let cfg = AutoencoderConfig {
+            latent_align,
             downsampling_ratio: patch_size * encoder.stride(),
             encoder,
             decoder,

@@ -2,7 +2,8 @@
 
 use std::path::Path;
 
-use aria_core::{ops, DType, Tensor, WeightLoader};
+use aria_core::nn::{Bias, Linear};
+use aria_core::{ops, DType, Device, Tensor, WeightLoader};
 
 use crate::config::AutoencoderConfig;
 use crate::error::{CodecError, Result};
@@ -42,9 +43,12 @@ pub struct EncodeTrace {
 
 #[derive(Debug)]
 struct Bottleneck {
-    scale: Vec<f32>,
-    bias: Vec<f32>,
-    running_std: Option<f32>,
+    /// `scaling_factor [1, C, 1]`.
+    scale: Tensor,
+    /// `bias [1, C, 1]`.
+    bias: Tensor,
+    /// `running_std`, as a number and as a `[1]` tensor (divisor of the encode).
+    running_std: Option<(f32, Tensor)>,
     noise_regularize: bool,
 }
 
@@ -53,12 +57,13 @@ struct Bottleneck {
 pub struct Autoencoder {
     cfg: AutoencoderConfig,
     enc: Stage,
-    enc_out_w: Tensor,
-    enc_out_b: Tensor,
-    dec_in_w: Tensor,
-    dec_in_b: Tensor,
+    /// `encoder.layers.2`: encoder width → latent channels.
+    enc_out: Linear,
+    /// `decoder.layers.1`: latent channels → decoder width.
+    dec_in: Linear,
     dec: Stage,
     bottleneck: Bottleneck,
+    device: Device,
 }
 
 impl Autoencoder {
@@ -77,35 +82,55 @@ impl Autoencoder {
         let enc = Stage::load(&w.pp("encoder.layers.0"), &cfg.encoder, Dir::Encoder)?;
         let de = cfg.encoder.width();
         let dd = cfg.decoder.width();
-        let enc_out_w = w.get_as("encoder.layers.2.weight", &[c, de], DType::F32)?;
-        let enc_out_b = w.get_as("encoder.layers.2.bias", &[c], DType::F32)?;
-        let dec_in_w = w.get_as("decoder.layers.1.weight", &[dd, c], DType::F32)?;
-        let dec_in_b = w.get_as("decoder.layers.1.bias", &[dd], DType::F32)?;
+        let enc_out = Linear::load(&w.pp("encoder.layers.2"), de, c, Bias::Yes)?;
+        let dec_in = Linear::load(&w.pp("decoder.layers.1"), c, dd, Bias::Yes)?;
         let dec = Stage::load(&w.pp("decoder.layers.3"), &cfg.decoder, Dir::Decoder)?;
         let bw = w.pp("bottleneck");
         let running_std = if cfg.bottleneck.auto_scale {
-            Some(bw.get_as("running_std", &[1], DType::F32)?.to_vec_f32()?[0])
+            let t = bw.get_as("running_std", &[1], DType::F32)?;
+            Some((t.to_scalar_f32()?, t))
         } else {
             None
         };
         let bottleneck = Bottleneck {
-            scale: bw
-                .get_as("scaling_factor", &[1, c, 1], DType::F32)?
-                .to_vec_f32()?,
-            bias: bw.get_as("bias", &[1, c, 1], DType::F32)?.to_vec_f32()?,
+            scale: bw.get_as("scaling_factor", &[1, c, 1], DType::F32)?,
+            bias: bw.get_as("bias", &[1, c, 1], DType::F32)?,
             running_std,
             noise_regularize: cfg.bottleneck.noise_regularize,
         };
         Ok(Autoencoder {
             cfg: cfg.clone(),
             enc,
-            enc_out_w,
-            enc_out_b,
-            dec_in_w,
-            dec_in_b,
+            enc_out,
+            dec_in,
             dec,
             bottleneck,
+            device: Device::Cpu,
         })
+    }
+
+    /// Move every weight and parameter to `device` (a device backend, or back to the CPU).
+    /// Inputs passed to [`Self::decode`] / [`Self::encode`] should live there too; the noise
+    /// draws of the stochastic terms are moved there as they are taken (an explicit upload
+    /// each), so a decode with noise off stays on the device from input to output.
+    pub fn to_device(&mut self, device: &Device) -> Result<()> {
+        self.enc.move_to(device)?;
+        self.dec.move_to(device)?;
+        self.enc_out.to_device(device)?;
+        self.dec_in.to_device(device)?;
+        let b = &mut self.bottleneck;
+        b.scale = device.put(&b.scale)?;
+        b.bias = device.put(&b.bias)?;
+        if let Some((r, t)) = &b.running_std {
+            b.running_std = Some((*r, device.put(t)?));
+        }
+        self.device = device.clone();
+        Ok(())
+    }
+
+    /// Where the weights live.
+    pub fn device(&self) -> &Device {
+        &self.device
     }
 
     /// Read the configuration file and the weights file(s), and load.
@@ -128,11 +153,9 @@ impl Autoencoder {
     /// Latents the decoder actually decodes for `t` input latents (SAME-S rounds up to whole
     /// attention chunks; the extra latent's audio is part of the output of [`Self::decode`]).
     pub fn decoded_latents(&self, t: usize) -> usize {
-        if self.cfg.decoder.sliding_window.is_some() {
-            t
-        } else {
-            let m = self.cfg.decoder.cells_per_chunk();
-            t.div_ceil(m) * m
+        match self.cfg.decoder.cells_per_chunk() {
+            None => t,
+            Some(m) => t.div_ceil(m) * m,
         }
     }
 
@@ -157,19 +180,10 @@ impl Autoencoder {
         let (b, n) = (s[0], s[2]);
         let p = self.cfg.patch_size;
         let l = n.div_ceil(p);
-        let a = audio.to_dtype(DType::F32)?.contiguous()?;
-        let ad = a.as_slice::<f32>()?;
-        let mut out = vec![0f32; b * l * ch * p];
-        for bi in 0..b {
-            for c in 0..ch {
-                let src = &ad[(bi * ch + c) * n..][..n];
-                for (i, v) in src.iter().enumerate() {
-                    let (li, h) = (i / p, i % p);
-                    out[((bi * l + li) * ch + c) * p + h] = *v;
-                }
-            }
-        }
-        Ok(Tensor::from_vec(out, &[b, l, ch * p])?)
+        let a = ops::pad(&audio.to_dtype(DType::F32)?, 2, 0, l * p - n)?;
+        Ok(a.reshape(&[b, ch, l, p])?
+            .permute(&[0, 2, 1, 3])?
+            .reshape(&[b, l, ch * p])?)
     }
 
     /// Patch tokens `[B, L, ch·P]` → audio `[B, ch, L·P]` (with `tanh` when soft clip is on).
@@ -178,20 +192,14 @@ impl Autoencoder {
         let (b, l) = (s[0], s[1]);
         let ch = self.cfg.audio_channels;
         let p = self.cfg.patch_size;
-        let td = tok.as_slice::<f32>()?;
-        let mut out = vec![0f32; b * ch * l * p];
-        for bi in 0..b {
-            for li in 0..l {
-                for c in 0..ch {
-                    let src = &td[((bi * l + li) * ch + c) * p..][..p];
-                    out[(bi * ch + c) * l * p + li * p..][..p].copy_from_slice(src);
-                }
-            }
-        }
+        let a = tok
+            .reshape(&[b, l, ch, p])?
+            .permute(&[0, 2, 1, 3])?
+            .reshape(&[b, ch, l * p])?;
         if self.cfg.soft_clip {
-            out.iter_mut().for_each(|v| *v = v.tanh());
+            return Ok(ops::tanh(&a)?);
         }
-        Ok(Tensor::from_vec(out, &[b, ch, l * p])?)
+        Ok(a)
     }
 
     // ---------------------------------------------------------------- bottleneck
@@ -225,68 +233,45 @@ impl Autoencoder {
     ) -> Result<Tensor> {
         self.check_latents(z)?;
         let (b, c, t) = (z.shape()[0], z.shape()[1], z.shape()[2]);
-        let mut v = z.to_dtype(DType::F32)?.contiguous()?.to_vec_f32()?;
-        if let Some(r) = self.bottleneck.running_std {
-            v.iter_mut().for_each(|x| *x *= r);
-        }
+        let z = z.to_dtype(DType::F32)?;
+        let v = match &self.bottleneck.running_std {
+            Some((r, _)) => ops::mul_scalar(&z, *r)?,
+            None => z,
+        };
         if !self.bottleneck.noise_regularize {
-            return Ok(Tensor::from_vec(v, z.shape())?);
+            return Ok(v);
         }
         let keyed = matches!(noise, Draw::Keyed(_));
-        let eps = noise.rows(0, b, pos0, t, c, z.shape())?.map(|e| {
-            if !keyed {
-                return e;
-            }
-            // Keyed noise comes as [b, t, c] (one key per latent); reorder to [b, c, t].
-            let mut o = vec![0f32; e.len()];
-            for bi in 0..b {
-                for ti in 0..t {
-                    for ci in 0..c {
-                        o[(bi * c + ci) * t + ti] = e[(bi * t + ti) * c + ci];
-                    }
-                }
-            }
-            o
-        });
-        let Some(eps) = eps else {
-            return Ok(Tensor::from_vec(v, z.shape())?);
+        let Some(eps) = noise.rows(0, b, pos0, t, c, v.shape())? else {
+            return Ok(v);
         };
-        match self.bottleneck.running_std {
-            Some(r) => {
-                for (x, e) in v.iter_mut().zip(eps) {
-                    *x += e * r * 1e-3;
-                }
-            }
-            None => {
-                // Scale by the per-channel (unbiased) standard deviation over time.
-                for (row, erow) in v.chunks_mut(t.max(1)).zip(eps.chunks(t.max(1))) {
-                    let mean = row.iter().sum::<f32>() / t as f32;
-                    let var =
-                        row.iter().map(|x| (x - mean) * (x - mean)).sum::<f32>() / (t as f32 - 1.0);
-                    let sd = var.sqrt();
-                    for (x, e) in row.iter_mut().zip(erow) {
-                        *x += e * sd * 1e-3;
-                    }
-                }
-            }
-        }
-        Ok(Tensor::from_vec(v, z.shape())?)
+        let eps = if keyed {
+            // Keyed noise comes as [b, t, c] (one key per latent); reorder to [b, c, t].
+            let e = self.device.put(&Tensor::from_vec(eps, &[b, t, c])?)?;
+            e.transpose(1, 2)?.contiguous()?
+        } else {
+            self.device.put(&Tensor::from_vec(eps, &[b, c, t])?)?
+        };
+        // ε · running_std · 1e−3, or ε · (per-channel unbiased std over time) · 1e−3.
+        let scaled = match &self.bottleneck.running_std {
+            Some((r, _)) => ops::mul_scalar(&eps, *r)?,
+            None => ops::mul(&eps, &ops::std_last(&v)?)?,
+        };
+        Ok(ops::add(&v, &ops::mul_scalar(&scaled, 1e-3)?)?)
     }
 
     /// SoftNorm encode: `(y · s + b) / running_std`.
     pub fn bottleneck_encode(&self, y: &Tensor) -> Result<Tensor> {
         self.check_latents(y)?;
-        let t = y.shape()[2];
-        let mut v = y.to_dtype(DType::F32)?.contiguous()?.to_vec_f32()?;
-        let c = self.cfg.latent_dim;
-        for (i, x) in v.iter_mut().enumerate() {
-            let ch = (i / t.max(1)) % c;
-            *x = *x * self.bottleneck.scale[ch] + self.bottleneck.bias[ch];
-            if let Some(r) = self.bottleneck.running_std {
-                *x /= r;
-            }
+        let y = y.to_dtype(DType::F32)?;
+        let x = ops::add(
+            &ops::mul(&y, &self.bottleneck.scale)?,
+            &self.bottleneck.bias,
+        )?;
+        match &self.bottleneck.running_std {
+            Some((_, r)) => Ok(ops::div(&x, r)?),
+            None => Ok(x),
         }
-        Ok(Tensor::from_vec(v, y.shape())?)
     }
 
     // ---------------------------------------------------------------- decode
@@ -344,11 +329,7 @@ impl Autoencoder {
         if let Some(t) = trace.as_deref_mut() {
             t.push(y.clone());
         }
-        let z = ops::linear(
-            &y.transpose(1, 2)?.contiguous()?,
-            &self.dec_in_w,
-            Some(&self.dec_in_b),
-        )?;
+        let z = self.dec_in.forward(&y.transpose(1, 2)?.contiguous()?)?;
         drop(y);
         let tok = self.dec.decode(&z, pos_latent0, noise, trace)?;
         let audio = self.unpatch(&tok)?;
@@ -388,27 +369,15 @@ impl Autoencoder {
         }
         let starts = chunk_starts(t, chunk, overlap);
         let spl = self.samples_per_latent();
-        let b = latents.shape()[0];
-        let ch = self.cfg.audio_channels;
-        let total = t * spl;
-        let mut out = vec![0f32; b * ch * total];
-        let half = (overlap / 2) * spl;
-        let cs = chunk * spl;
-        for (i, &s) in starts.iter().enumerate() {
+        let keep = kept_regions(&starts, t, chunk, overlap);
+        let mut parts = Vec::with_capacity(starts.len());
+        for (&s, &(left, len)) in starts.iter().zip(&keep) {
             let win = latents.narrow(2, s, chunk)?.contiguous()?;
             let a = self.decode(&win, reborrow(&mut noise))?;
-            let ad = a.as_slice::<f32>()?;
-            let alen = a.shape()[2];
-            let last = i + 1 == starts.len();
-            let out_start = if last { total - cs } else { s * spl };
-            let left = if i == 0 { 0 } else { half };
-            let right = if last { cs } else { cs - half };
-            for row in 0..b * ch {
-                out[row * total + out_start + left..row * total + out_start + right]
-                    .copy_from_slice(&ad[row * alen + left..row * alen + right]);
-            }
+            parts.push(a.narrow(2, left * spl, len * spl)?.contiguous()?);
         }
-        Ok(Tensor::from_vec(out, &[b, ch, total])?)
+        let refs: Vec<&Tensor> = parts.iter().collect();
+        Ok(Tensor::cat(&refs, 2)?)
     }
 
     /// Decode as the pretransform is configured: chunked when `model.pretransform.chunked`
@@ -451,7 +420,7 @@ impl Autoencoder {
         let tok = self.patch_tokens(audio)?;
         let h = self.enc.encode(&tok, Draw::from_opt(noise), None)?;
         let patches = tok.transpose(1, 2)?.contiguous()?;
-        let z = ops::linear(&h, &self.enc_out_w, Some(&self.enc_out_b))?;
+        let z = self.enc_out.forward(&h)?;
         let pre_bottleneck = z.transpose(1, 2)?.contiguous()?;
         let latents = self.bottleneck_encode(&pre_bottleneck)?;
         Ok(EncodeTrace {
@@ -479,29 +448,21 @@ impl Autoencoder {
         }
         let cs = chunk * spl;
         let hop = (chunk - overlap) * spl;
+        // Window starts in samples (the last one anchored to the end of the input).
         let mut starts: Vec<usize> = (0..=n - cs).step_by(hop).collect();
         if starts.last() != Some(&(n - cs)) {
             starts.push(n - cs);
         }
-        let total = n / spl;
-        let b = audio.shape()[0];
-        let c = self.cfg.latent_dim;
-        let mut out = vec![0f32; b * c * total];
-        let half = overlap / 2;
-        for (i, &s) in starts.iter().enumerate() {
-            let z = self.encode(&audio.narrow(2, s, cs)?.contiguous()?, reborrow(&mut noise))?;
-            let zl = z.shape()[2];
-            let zd = z.as_slice::<f32>()?;
-            let last = i + 1 == starts.len();
-            let out_start = if last { total - chunk } else { s / spl };
-            let left = if i == 0 { 0 } else { half };
-            let right = if last { chunk } else { chunk - half };
-            for row in 0..b * c {
-                out[row * total + out_start + left..row * total + out_start + right]
-                    .copy_from_slice(&zd[row * zl + left..row * zl + right]);
-            }
+        let in_latents: Vec<usize> = starts.iter().map(|s| s / spl).collect();
+        let keep = kept_regions(&in_latents, n / spl, chunk, overlap);
+        let mut parts = Vec::with_capacity(starts.len());
+        for (&s, &(left, len)) in starts.iter().zip(&keep) {
+            let win = audio.narrow(2, s, cs)?.contiguous()?;
+            let z = self.encode(&win, reborrow(&mut noise))?;
+            parts.push(z.narrow(2, left, len)?.contiguous()?);
         }
-        Ok(Tensor::from_vec(out, &[b, c, total])?)
+        let refs: Vec<&Tensor> = parts.iter().collect();
+        Ok(Tensor::cat(&refs, 2)?)
     }
 
     pub(crate) fn decoder_stage(&self) -> &Stage {
@@ -517,6 +478,37 @@ pub(crate) fn reborrow<'b>(
         Some(x) => Some(&mut **x),
         None => None,
     }
+}
+
+/// The part of each window (latents `left .. left + len` of it) that a chunked decode or encode
+/// keeps: the inner edges trimmed by `overlap / 2`, the last window anchored to the end and, where
+/// it overlaps its predecessor by more than that, winning (the predecessor is cut where the last
+/// window's part begins). The parts tile `0..t` in order.
+fn kept_regions(starts: &[usize], t: usize, chunk: usize, overlap: usize) -> Vec<(usize, usize)> {
+    let half = overlap / 2;
+    let n = starts.len();
+    // [begin, end) of each window's part in output latents.
+    let mut span: Vec<(usize, usize)> = starts
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| {
+            let last = i + 1 == n;
+            let at = if last { t - chunk } else { s };
+            let left = if i == 0 { 0 } else { half };
+            let right = if last { chunk } else { chunk - half };
+            (at + left, at + right)
+        })
+        .collect();
+    for i in 1..n {
+        span[i - 1].1 = span[i - 1].1.min(span[i].0);
+    }
+    span.iter()
+        .zip(starts.iter().enumerate())
+        .map(|(&(b, e), (i, &s))| {
+            let at = if i + 1 == n { t - chunk } else { s };
+            (b - at, e.saturating_sub(b))
+        })
+        .collect()
 }
 
 /// Window starts of the official chunked decode: `0, hop, 2·hop, …` while `≤ T − chunk`, then

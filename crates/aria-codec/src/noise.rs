@@ -1,103 +1,16 @@
-//! Sources of the Gaussian noise that the reference SAME adds at inference (bottleneck noise
-//! regularisation, decoder new-token noise).
+//! Where the Gaussian noise that the reference SAME adds at inference (bottleneck noise
+//! regularisation, encoder and decoder new-token noise) comes from.
 //!
-//! The reference draws with `torch.randn_like` from a global generator; aria takes the draws from
-//! a [`NoiseSource`], so a test can replay stored draws ([`StoredNoise`]) and a program can use a
-//! seeded generator ([`GaussianNoise`]).
+//! The reference draws with `torch.randn_like` from the global generator; aria takes the draws
+//! from an [`aria_core::noise::NoiseSource`] (the trait the sampler uses too), so a test can
+//! replay stored draws ([`ReplayNoise`]), and a program can use torch's stream
+//! ([`TorchNoise`]) or aria's own portable one ([`SeededNoise`]).
 
-use std::collections::VecDeque;
+use aria_core::rng::Rng;
 
-use aria_core::rng::{box_muller, Xoshiro256pp};
-use aria_core::Tensor;
+use crate::error::Result;
 
-use crate::error::{CodecError, Result};
-
-/// Yields standard-normal tensors in call order.
-pub trait NoiseSource {
-    /// A tensor of the given shape filled with independent `N(0, 1)` samples (f32).
-    fn normal(&mut self, shape: &[usize]) -> Result<Tensor>;
-}
-
-/// Replays a fixed list of draws, in order; each must have the requested shape.
-#[derive(Debug, Default)]
-pub struct StoredNoise {
-    draws: VecDeque<Tensor>,
-}
-
-impl StoredNoise {
-    /// Draws to replay, first one first.
-    pub fn new(draws: Vec<Tensor>) -> Self {
-        StoredNoise {
-            draws: draws.into(),
-        }
-    }
-
-    /// Draws not consumed yet.
-    pub fn remaining(&self) -> usize {
-        self.draws.len()
-    }
-}
-
-impl NoiseSource for StoredNoise {
-    fn normal(&mut self, shape: &[usize]) -> Result<Tensor> {
-        let t = self.draws.pop_front().ok_or_else(|| {
-            CodecError::Invalid(format!("stored noise exhausted (asked for {shape:?})"))
-        })?;
-        if t.shape() != shape {
-            return Err(CodecError::Invalid(format!(
-                "stored noise draw has shape {:?}, the model asked for {shape:?}",
-                t.shape()
-            )));
-        }
-        Ok(t.to_dtype(aria_core::DType::F32)?)
-    }
-}
-
-/// A seeded Gaussian generator ([xoshiro256++](aria_core::rng::Xoshiro256pp) with the
-/// Box–Muller transform, `u1 = ((x₁ >> 11) + 1)·2⁻⁵³`, `u2 = (x₂ >> 11)·2⁻⁵³`). Not the PyTorch
-/// stream: the same seed gives the same numbers in aria on every platform, not those of torch.
-#[derive(Debug, Clone)]
-pub struct GaussianNoise {
-    rng: Xoshiro256pp,
-    spare: Option<f32>,
-}
-
-impl GaussianNoise {
-    /// A generator seeded with `seed`.
-    pub fn new(seed: u64) -> Self {
-        GaussianNoise {
-            rng: Xoshiro256pp::new(seed),
-            spare: None,
-        }
-    }
-
-    /// One `N(0, 1)` sample.
-    pub fn sample(&mut self) -> f32 {
-        if let Some(v) = self.spare.take() {
-            return v;
-        }
-        // u1 in (0, 1], u2 in [0, 1)
-        let u1 = ((self.rng.next_u64() >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
-        let u2 = (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
-        let (c, s) = box_muller(u1, u2);
-        self.spare = Some(s);
-        c
-    }
-}
-
-impl NoiseSource for GaussianNoise {
-    fn normal(&mut self, shape: &[usize]) -> Result<Tensor> {
-        let n: usize = shape.iter().product();
-        let v: Vec<f32> = (0..n).map(|_| self.sample()).collect();
-        Ok(Tensor::from_vec(v, shape)?)
-    }
-}
-
-impl<N: NoiseSource + ?Sized> NoiseSource for &mut N {
-    fn normal(&mut self, shape: &[usize]) -> Result<Tensor> {
-        (**self).normal(shape)
-    }
-}
+pub use aria_core::noise::{NoiseSource, ReplayNoise, SeededNoise, TorchNoise};
 
 /// How one decode obtains its noise: not at all, in call order from a [`NoiseSource`], or keyed
 /// by absolute latent position (so that any window of a sequence sees the same numbers).
@@ -129,14 +42,20 @@ impl<'a> Draw<'a> {
     ) -> Result<Option<Vec<f32>>> {
         match self {
             Draw::Off => Ok(None),
-            Draw::Seq(src) => Ok(Some(src.normal(seq_shape)?.to_vec_f32()?)),
+            Draw::Seq(src) => {
+                let what = match stream {
+                    0 => "bottleneck noise",
+                    _ => "new-token noise",
+                };
+                Ok(Some(src.draw(seq_shape, what)?.to_vec_f32()?))
+            }
             Draw::Keyed(seed) => {
                 let mut out = Vec::with_capacity(batch * rows * per);
                 for b in 0..batch {
                     for r in 0..rows {
                         let key = mix(mix(mix(*seed, stream), b as u64), (pos0 + r) as u64);
-                        let mut g = GaussianNoise::new(key);
-                        out.extend((0..per).map(|_| g.sample()));
+                        let mut g = Rng::new(key);
+                        out.extend((0..per).map(|_| g.normal()));
                     }
                 }
                 Ok(Some(out))
@@ -166,12 +85,23 @@ fn mix(a: u64, b: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
-    fn seeded_stream_is_pinned() {
-        let mut g = GaussianNoise::new(7);
-        let first: Vec<u32> = (0..4).map(|_| g.sample().to_bits()).collect();
-        assert_eq!(first, [0x3f90c02f, 0x4007e629, 0xbf3b2155, 0x3eb831f8]);
+    fn keyed_rows_depend_only_on_the_absolute_position() {
+        let whole = Draw::Keyed(9).rows(1, 1, 0, 6, 4, &[]).unwrap().unwrap();
+        let part = Draw::Keyed(9).rows(1, 1, 2, 3, 4, &[]).unwrap().unwrap();
+        assert_eq!(&whole[8..20], &part[..]);
+        let other = Draw::Keyed(9).rows(0, 1, 2, 3, 4, &[]).unwrap().unwrap();
+        assert_ne!(part, other);
+    }
+
+    #[test]
+    fn sequential_rows_name_the_draw() {
+        let mut src = ReplayNoise::new(Vec::new());
+        let mut d = Draw::Seq(&mut src);
+        let e = d.rows(0, 1, 0, 2, 2, &[1, 2, 2]).unwrap_err().to_string();
+        assert!(e.contains("bottleneck noise"), "{e}");
     }
 }

@@ -1,9 +1,10 @@
 //! A SAME transformer resampling stage (stride 16) in the encoder or decoder direction.
 
-use aria_core::{ops, Tensor, WeightLoader};
+use aria_core::nn::{Bias, Conv1d};
+use aria_core::{ops, DType, Device, Tensor, WeightLoader};
 
 use crate::block::Block;
-use crate::config::SameConfig;
+use crate::config::{SameAttention, SameConfig};
 use crate::error::{CodecError, Result};
 use crate::noise::Draw;
 
@@ -14,73 +15,45 @@ pub(crate) enum Dir {
     Decoder,
 }
 
-/// Mapping convolution folded to a matrix over im2col rows `[x[t−k/2] … x[t+k/2]]`.
-#[derive(Debug)]
-pub(crate) struct Mapping {
-    w: Tensor,
-    b: Option<Tensor>,
-    k: usize,
-    cin: usize,
-}
-
-impl Mapping {
-    fn load(w: &WeightLoader, cin: usize, cout: usize, k: usize, bias: bool) -> Result<Self> {
-        let g = w.get_as("weight_g", &[cout, 1, 1], aria_core::DType::F32)?;
-        let v = w.get_as("weight_v", &[cout, cin, k], aria_core::DType::F32)?;
-        let folded = ops::weight_norm(&g, &v)?;
-        // [cout, cin, k] -> [cout, k, cin] -> [cout, k·cin]
-        let w2 = folded
-            .permute(&[0, 2, 1])?
-            .contiguous()?
-            .reshape(&[cout, k * cin])?;
-        let b = if bias {
-            Some(w.get_as("bias", &[cout], aria_core::DType::F32)?)
-        } else {
-            None
-        };
-        Ok(Mapping { w: w2, b, k, cin })
-    }
-
-    /// `x [B, L, cin]` (tokens) → `[B, L, cout]`, zero padding `k/2` on both sides of each
-    /// sequence ("same" convolution).
-    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if self.k == 1 {
-            return Ok(ops::linear(x, &self.w, self.b.as_ref())?);
-        }
-        let s = x.shape();
-        let (b, l, c) = (s[0], s[1], s[2]);
-        let xc = x.contiguous()?;
-        let xd = xc.as_slice::<f32>()?;
-        let k = self.k;
-        let half = k / 2;
-        let mut col = vec![0f32; b * l * k * c];
-        for bi in 0..b {
-            for t in 0..l {
-                let row = &mut col[(bi * l + t) * k * c..][..k * c];
-                for kk in 0..k {
-                    let src = t + kk;
-                    if src >= half && src - half < l {
-                        let st = src - half;
-                        row[kk * c..(kk + 1) * c].copy_from_slice(&xd[(bi * l + st) * c..][..c]);
-                    }
-                }
-            }
-        }
-        let col = Tensor::from_vec(col, &[b, l, k * self.cin])?;
-        Ok(ops::linear(&col, &self.w, self.b.as_ref())?)
-    }
-}
-
 /// One resampling stage: mapping, learned new tokens, transformer blocks.
 #[derive(Debug)]
 pub(crate) struct Stage {
     pub(crate) cfg: SameConfig,
     dir: Dir,
-    mapping: Mapping,
+    /// The weight-normalised mapping convolution (kernel 1 or 3, "same" padding).
+    mapping: Conv1d,
     /// `[k, D]`, `k = 1` (variable stride) or the number of new tokens per cell.
-    new_tokens: Vec<f32>,
-    nt_rows: usize,
+    new_tokens: Tensor,
     blocks: Vec<Block>,
+    /// Where the weights live (noise draws are moved there).
+    device: Device,
+}
+
+/// `t` broadcast to `shape` (NumPy rules: trailing dimensions aligned, size-1 or missing ones
+/// repeated) as a stride-0 view, without copying.
+fn broadcast(t: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    let (s, st) = (t.shape(), t.strides());
+    let lead = shape
+        .len()
+        .checked_sub(s.len())
+        .ok_or_else(|| CodecError::Invalid(format!("cannot broadcast {s:?} to {shape:?}")))?;
+    let mut strides = vec![0; shape.len()];
+    for (i, (&n, &d)) in s.iter().zip(&shape[lead..]).enumerate() {
+        if n == d {
+            strides[lead + i] = st[i];
+        } else if n != 1 {
+            return Err(CodecError::Invalid(format!(
+                "cannot broadcast {s:?} to {shape:?}"
+            )));
+        }
+    }
+    Ok(Tensor::from_storage(
+        t.storage().clone(),
+        t.dtype(),
+        shape.to_vec(),
+        strides,
+        t.offset(),
+    )?)
 }
 
 impl Stage {
@@ -90,21 +63,21 @@ impl Stage {
             Dir::Encoder => (cfg.io_channels, d),
             Dir::Decoder => (d, cfg.io_channels),
         };
-        let mapping = Mapping::load(
-            &w.pp("mapping"),
-            cin,
-            cout,
-            cfg.mapping_kernel(),
-            cfg.mapping_bias,
-        )?;
+        let bias = if cfg.mapping_bias {
+            Bias::Yes
+        } else {
+            Bias::No
+        };
+        let mapping =
+            Conv1d::load_weight_norm(&w.pp("mapping"), cin, cout, cfg.mapping_kernel(), bias)?;
         let seg = match dir {
             Dir::Encoder => 1,
             Dir::Decoder => cfg.stride(),
         };
         let nt_rows = if cfg.variable_stride { 1 } else { seg };
         let new_tokens = w
-            .get_as("new_tokens", &[1, nt_rows, d], aria_core::DType::F32)?
-            .to_vec_f32()?;
+            .get_as("new_tokens", &[1, nt_rows, d], DType::F32)?
+            .reshape(&[nt_rows, d])?;
         let blocks = (0..cfg.depth())
             .map(|j| Block::load(&w.pp(format!("transformers.{j}")), cfg, j))
             .collect::<Result<Vec<_>>>()?;
@@ -113,9 +86,20 @@ impl Stage {
             dir,
             mapping,
             new_tokens,
-            nt_rows,
             blocks,
+            device: Device::Cpu,
         })
+    }
+
+    /// Move every weight and parameter to `device`.
+    pub(crate) fn move_to(&mut self, device: &Device) -> Result<()> {
+        self.mapping.linear_mut().to_device(device)?;
+        self.new_tokens = device.put(&self.new_tokens)?;
+        for b in &mut self.blocks {
+            b.move_to(device)?;
+        }
+        self.device = device.clone();
+        Ok(())
     }
 
     /// New tokens per cell (decoder: stride, encoder: 1).
@@ -126,43 +110,29 @@ impl Stage {
         }
     }
 
-    /// The `[batch · cells, seg, D]` new tokens, plus `mask_noise · ε` when noise is on and
-    /// `mask_noise > 0` (`pos0`: absolute index of the first cell, for keyed noise).
+    /// The `[batch, cells, seg, D]` new tokens, plus `mask_noise · ε` when noise is on and
+    /// `mask_noise > 0` (`pos0`: absolute index of the first cell, for keyed noise). Without
+    /// noise the result is a broadcast view of the learned tokens.
     fn new_token_block(
         &self,
         batch: usize,
         cells: usize,
         pos0: usize,
         noise: Draw<'_>,
-    ) -> Result<Vec<f32>> {
+    ) -> Result<Tensor> {
         let d = self.cfg.width();
         let seg = self.seg();
-        let mut out = Vec::with_capacity(batch * cells * seg * d);
-        for _ in 0..batch * cells {
-            for j in 0..seg {
-                let r = if self.nt_rows == 1 { 0 } else { j };
-                out.extend_from_slice(&self.new_tokens[r * d..(r + 1) * d]);
-            }
-        }
         let mut noise = noise;
         if self.cfg.mask_noise > 0.0 {
-            if let Some(eps) =
-                noise.rows(1, batch, pos0, cells, seg * d, &[batch * cells, seg, d])?
-            {
-                let m = self.cfg.mask_noise;
-                for (o, e) in out.iter_mut().zip(eps) {
-                    *o += e * m;
-                }
+            let shape = [batch * cells, seg, d];
+            if let Some(eps) = noise.rows(1, batch, pos0, cells, seg * d, &shape)? {
+                let eps = self.device.put(&Tensor::from_vec(eps, &shape)?)?;
+                let scaled = ops::mul_scalar(&eps, self.cfg.mask_noise)?;
+                // new_tokens [1 or seg, D] broadcast over the cells.
+                return Ok(ops::add(&self.new_tokens, &scaled)?.reshape(&[batch, cells, seg, d])?);
             }
         }
-        Ok(out)
-    }
-
-    /// Attention band in tokens, if the stage uses sliding-window attention.
-    fn window(&self) -> Option<(usize, usize)> {
-        self.cfg
-            .sliding_window
-            .map(|[l, r]| (l * self.cfg.cell(), r * self.cfg.cell()))
+        broadcast(&self.new_tokens, &[batch, cells, seg, d])
     }
 
     /// Run the blocks on `x [B, L, D]` (`L` a multiple of the cell, and of the chunk for chunked
@@ -177,56 +147,50 @@ impl Stage {
     ) -> Result<Tensor> {
         let s = x.shape().to_vec();
         let (b, l, d) = (s[0], s[1], s[2]);
-        if let Some(win) = self.window() {
-            let mut x = x;
-            for blk in &self.blocks {
-                x = blk.forward(&x, pos0, Some(win))?;
+        let mut run = |blocks: &[Block], mut x: Tensor, pos0, win| -> Result<Tensor> {
+            for blk in blocks {
+                x = blk.forward(&x, pos0, win)?;
                 if let Some(t) = trace.as_deref_mut() {
                     t.push(x.clone());
                 }
             }
-            return Ok(x);
-        }
-        let eff = self.cfg.cells_per_chunk() * self.cfg.cell();
+            Ok(x)
+        };
+        let SameAttention::Chunked {
+            chunk_size: _,
+            midpoint_shift,
+        } = self.cfg.attention
+        else {
+            return run(&self.blocks, x, pos0, self.cfg.band_tokens());
+        };
+        let eff = self.cfg.cells_per_chunk().unwrap_or(1) * self.cfg.cell();
         if l % eff != 0 {
             return Err(CodecError::Invalid(format!(
                 "sequence of {l} tokens is not a multiple of the chunk ({eff})"
             )));
         }
-        let (first, second) = if self.cfg.chunk_midpoint_shift {
-            self.blocks.split_at(self.cfg.depth() / 2)
+        let split = if midpoint_shift {
+            self.cfg.depth() / 2
         } else {
-            self.blocks.split_at(self.blocks.len())
+            self.blocks.len()
         };
-        let mut x = x.reshape(&[b * l / eff, eff, d])?;
-        for blk in first {
-            x = blk.forward(&x, 0, None)?;
-            if let Some(t) = trace.as_deref_mut() {
-                t.push(x.clone());
-            }
-        }
+        let (first, second) = self.blocks.split_at(split);
+        // Each chunk is one sequence of the batch: full attention within it.
+        let x = run(first, x.reshape(&[b * l / eff, eff, d])?, 0, None)?;
         if second.is_empty() {
             return Ok(x.reshape(&[b, l, d])?);
         }
+        // Midpoint shift: the sequence extended by copies of its first and last half chunk,
+        // chunked again (chunk borders now at the old chunks' midpoints).
         let shift = eff / 2;
-        let xd = x.contiguous()?;
-        let xs = xd.as_slice::<f32>()?;
+        let x = x.reshape(&[b, l, d])?;
+        let ext = Tensor::cat(
+            &[&x.narrow(1, 0, shift)?, &x, &x.narrow(1, l - shift, shift)?],
+            1,
+        )?;
+        drop(x);
         let l2 = l + 2 * shift;
-        let mut y = Vec::with_capacity(b * l2 * d);
-        for bi in 0..b {
-            let seq = &xs[bi * l * d..(bi + 1) * l * d];
-            y.extend_from_slice(&seq[..shift * d]);
-            y.extend_from_slice(seq);
-            y.extend_from_slice(&seq[(l - shift) * d..]);
-        }
-        drop(xd);
-        let mut x = Tensor::from_vec(y, &[b * l2 / eff, eff, d])?;
-        for blk in second {
-            x = blk.forward(&x, 0, None)?;
-            if let Some(t) = trace.as_deref_mut() {
-                t.push(x.clone());
-            }
-        }
+        let x = run(second, ext.reshape(&[b * l2 / eff, eff, d])?, 0, None)?;
         Ok(x.reshape(&[b, l2, d])?.narrow(1, shift, l)?.contiguous()?)
     }
 
@@ -241,38 +205,22 @@ impl Stage {
     ) -> Result<Tensor> {
         let s = z.shape().to_vec();
         let (b, t, d) = (s[0], s[1], s[2]);
-        let modulo = if self.window().is_some() {
-            1
-        } else {
-            self.cfg.cells_per_chunk()
-        };
+        let modulo = self.cfg.cells_per_chunk().unwrap_or(1);
         let tp = t.div_ceil(modulo) * modulo;
         let seg = self.seg();
         let cell = 1 + seg;
         let nt = self.new_token_block(b, tp, pos_latent0, noise)?;
-        let zc = z.contiguous()?;
-        let zd = zc.as_slice::<f32>()?;
-        let mut x = vec![0f32; b * tp * cell * d];
-        for bi in 0..b {
-            for c in 0..tp {
-                let base = ((bi * tp + c) * cell) * d;
-                if c < t {
-                    x[base..base + d].copy_from_slice(&zd[(bi * t + c) * d..][..d]);
-                }
-                x[base + d..base + cell * d]
-                    .copy_from_slice(&nt[(bi * tp + c) * seg * d..][..seg * d]);
-            }
-        }
-        drop(zc);
-        let x = Tensor::from_vec(x, &[b, tp * cell, d])?;
+        // Cells [latent token, seg new tokens]; latents past T are zero tokens.
+        let zp = ops::pad(z, 1, 0, tp - t)?.reshape(&[b, tp, 1, d])?;
+        let x = Tensor::cat(&[&zp, &nt], 2)?.reshape(&[b, tp * cell, d])?;
+        drop((zp, nt));
         let y = self.transformer(x, pos_latent0 * cell, trace)?;
-        let yd = y.as_slice::<f32>()?;
-        let mut keep = Vec::with_capacity(b * tp * seg * d);
-        for c in 0..b * tp {
-            keep.extend_from_slice(&yd[(c * cell + 1) * d..(c + 1) * cell * d]);
-        }
-        let keep = Tensor::from_vec(keep, &[b, tp * seg, d])?;
-        self.mapping.forward(&keep)
+        let keep = y
+            .reshape(&[b, tp, cell, d])?
+            .narrow(2, 1, seg)?
+            .reshape(&[b, tp * seg, d])?;
+        drop(y);
+        Ok(self.mapping.forward(&keep)?)
     }
 
     /// Encoder direction: patch tokens `x [B, L, in]` → `[B, n, D]` (one token per latent).
@@ -283,38 +231,28 @@ impl Stage {
         trace: Option<&mut Vec<Tensor>>,
     ) -> Result<Tensor> {
         let s = x.shape().to_vec();
-        let (b, l, cin) = (s[0], s[1], s[2]);
+        let l = s[1];
+        let b = s[0];
         let stride = self.cfg.stride();
-        let modulo = if self.window().is_some() {
-            stride
-        } else {
-            self.cfg.chunk_size
+        let modulo = match self.cfg.attention {
+            SameAttention::Band { .. } => stride,
+            SameAttention::Chunked { chunk_size, .. } => chunk_size,
         };
         let lp = l.div_ceil(modulo) * modulo;
-        let x = if lp != l {
-            let pad = Tensor::zeros(&[b, lp - l, cin], aria_core::DType::F32);
-            Tensor::cat(&[x, &pad], 1)?
-        } else {
-            x.clone()
-        };
+        let x = ops::pad(x, 1, 0, lp - l)?;
         let m = self.mapping.forward(&x)?;
+        drop(x);
         let d = self.cfg.width();
         let n = lp / stride;
         let cell = stride + 1;
         let nt = self.new_token_block(b, n, 0, noise)?;
-        let md = m.as_slice::<f32>()?;
-        let mut seq = Vec::with_capacity(b * n * cell * d);
-        for c in 0..b * n {
-            seq.extend_from_slice(&md[c * stride * d..(c + 1) * stride * d]);
-            seq.extend_from_slice(&nt[c * d..(c + 1) * d]);
-        }
-        let seq = Tensor::from_vec(seq, &[b, n * cell, d])?;
+        // Cells [stride patch tokens, one new token].
+        let m = m.reshape(&[b, n, stride, d])?;
+        let seq = Tensor::cat(&[&m, &nt], 2)?.reshape(&[b, n * cell, d])?;
+        drop((m, nt));
         let y = self.transformer(seq, 0, trace)?;
-        let yd = y.as_slice::<f32>()?;
-        let mut out = Vec::with_capacity(b * n * d);
-        for c in 0..b * n {
-            out.extend_from_slice(&yd[(c * cell + stride) * d..(c + 1) * cell * d]);
-        }
-        Ok(Tensor::from_vec(out, &[b, n, d])?)
+        Ok(y.reshape(&[b, n, cell, d])?
+            .narrow(2, stride, 1)?
+            .reshape(&[b, n, d])?)
     }
 }

@@ -15,13 +15,16 @@
 //!   computed from `p` alone, never from a window-relative index), which keeps `q·k` bit-equal.
 //!
 //! With identical inputs, identical per-row kernels (linear layers, DyT, attention rows and the
-//! mapping are row-wise and independent of how many rows a call holds) give identical bits.
+//! mapping are row-wise and independent of how many rows a call holds) give identical bits. A
+//! banded attention row reduces over exactly its own keys, starting at its first key
+//! ([`aria_core::ops::attention`] with a window), so it does not matter where a window starts.
 //! Stochastic terms are off by default (a reference decode draws its noise for the whole
 //! sequence in call order, which no window can reproduce); `with_noise_seed` switches them on
 //! with noise keyed by absolute latent position, matching [`Autoencoder::decode_keyed`].
 
 use aria_core::{DType, Tensor};
 
+use crate::config::SameAttention;
 use crate::error::{CodecError, Result};
 use crate::model::Autoencoder;
 use crate::noise::Draw;
@@ -31,11 +34,14 @@ fn plan(ae: &Autoencoder) -> (usize, usize, usize) {
     let c = &ae.decoder_stage().cfg;
     let k2 = c.mapping_kernel() / 2;
     let depth = c.depth();
-    match c.sliding_window {
-        Some([l, r]) => (depth * l + k2, depth * r + k2, 1),
-        None => {
-            let m = c.cells_per_chunk();
-            let edge = if c.chunk_midpoint_shift { m / 2 } else { 0 } + k2;
+    match c.attention {
+        SameAttention::Band { left, right } => (depth * left + k2, depth * right + k2, 1),
+        SameAttention::Chunked {
+            chunk_size,
+            midpoint_shift,
+        } => {
+            let m = chunk_size / c.stride();
+            let edge = if midpoint_shift { m / 2 } else { 0 } + k2;
             let h = edge.div_ceil(m) * m;
             (h, h, m)
         }
@@ -75,7 +81,9 @@ impl<'a> WindowedDecoder<'a> {
     }
 
     /// Decode `latents [B, C, T]` → `[B, 2, samples_per_latent · T']`, bit-identical to
-    /// `ae.decode(latents, None)`.
+    /// `ae.decode(latents, None)`. The result is a CPU tensor: each window's audio is copied to
+    /// the host as it completes (with a model on a device backend, once per window), so memory
+    /// beyond the output stays bounded by one window on either side.
     pub fn decode(&self, latents: &Tensor) -> Result<Tensor> {
         let mut s = StreamingDecoder::new(self.ae, self.window);
         s.noise_seed = self.noise_seed;
@@ -95,6 +103,7 @@ impl<'a> WindowedDecoder<'a> {
         let mut out = vec![0f32; b * ch * total];
         let mut filled = 0;
         let mut put = |a: &Tensor| -> Result<()> {
+            let a = a.to_cpu()?.contiguous()?;
             let n = a.shape()[2];
             let d = a.as_slice::<f32>()?;
             if filled + n > total || a.shape()[0] * a.shape()[1] != b * ch {
@@ -127,11 +136,8 @@ fn effective_window(ae: &Autoencoder, window: usize) -> usize {
     } else {
         window
     };
-    let w = if window == 0 && ae.decoder_stage().cfg.sliding_window.is_some() {
-        w.max(96)
-    } else {
-        w
-    };
+    let banded = matches!(ae.decoder_stage().cfg.attention, SameAttention::Band { .. });
+    let w = if window == 0 && banded { w.max(96) } else { w };
     w.div_ceil(align) * align
 }
 
@@ -145,8 +151,9 @@ pub struct StreamingDecoder<'a> {
     window: usize,
     halo_l: usize,
     halo_r: usize,
-    /// Buffered latents, `[B][C][buf_len]` flattened per row, first column = latent `buf0`.
-    buf: Vec<Vec<f32>>,
+    /// Buffered latents `[B, C, n]` (on the device of the pushed latents), first column =
+    /// latent `buf0`.
+    buf: Option<Tensor>,
     buf0: usize,
     received: usize,
     emitted: usize,
@@ -164,7 +171,7 @@ impl<'a> StreamingDecoder<'a> {
             window: effective_window(ae, window),
             halo_l,
             halo_r,
-            buf: Vec::new(),
+            buf: None,
             buf0: 0,
             received: 0,
             emitted: 0,
@@ -208,14 +215,13 @@ impl<'a> StreamingDecoder<'a> {
         }
         if self.batch == 0 {
             self.batch = s[0];
-            self.buf = vec![Vec::new(); s[0] * c];
         }
         let t = s[2];
-        let l = latents.to_dtype(DType::F32)?.contiguous()?;
-        let ld = l.as_slice::<f32>()?;
-        for (row, b) in self.buf.iter_mut().enumerate() {
-            b.extend_from_slice(&ld[row * t..(row + 1) * t]);
-        }
+        let l = latents.to_dtype(DType::F32)?;
+        self.buf = Some(match self.buf.take() {
+            None => l,
+            Some(b) => Tensor::cat(&[&b, &l], 2)?,
+        });
         self.received += t;
         let mut parts = Vec::new();
         while self.emitted + self.window + self.halo_r <= self.received {
@@ -269,9 +275,11 @@ impl<'a> StreamingDecoder<'a> {
     fn trim(&mut self) {
         let keep_from = self.emitted.saturating_sub(self.halo_l);
         if keep_from > self.buf0 {
-            let n = keep_from - self.buf0;
-            for b in &mut self.buf {
-                b.drain(..n);
+            if let Some(b) = self.buf.take() {
+                let n = keep_from - self.buf0;
+                let len = b.shape()[2];
+                // A view: the next push compacts it.
+                self.buf = b.narrow(2, n.min(len), len - n.min(len)).ok();
             }
             self.buf0 = keep_from;
         }
@@ -280,13 +288,11 @@ impl<'a> StreamingDecoder<'a> {
     /// Audio of latents `[start, end)` from a decode of latents `[start − halo, hi)`.
     fn decode_range(&self, start: usize, end: usize, hi: usize) -> Result<Tensor> {
         let lo = start.saturating_sub(self.halo_l).max(self.buf0);
-        let n = hi - lo;
-        let c = self.ae.config().latent_dim;
-        let mut v = Vec::with_capacity(self.batch * c * n);
-        for b in &self.buf {
-            v.extend_from_slice(&b[lo - self.buf0..hi - self.buf0]);
-        }
-        let lat = Tensor::from_vec(v, &[self.batch, c, n])?;
+        let buf = self
+            .buf
+            .as_ref()
+            .ok_or_else(|| CodecError::Invalid("streaming decoder: no latents buffered".into()))?;
+        let lat = buf.narrow(2, lo - self.buf0, hi - lo)?.contiguous()?;
         let noise = match self.noise_seed {
             Some(s) => Draw::Keyed(s),
             None => Draw::Off,

@@ -5,8 +5,8 @@
 mod common;
 
 use aria_codec::{Autoencoder, AutoencoderConfig};
-use aria_core::fixtures::fixture;
 use aria_core::{Tensor, WeightLoader};
+use aria_testing::fixtures::fixture;
 use common::{assert_bits_eq, tensors};
 
 fn cfg() -> Option<AutoencoderConfig> {

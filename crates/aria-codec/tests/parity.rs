@@ -4,7 +4,7 @@
 
 mod common;
 
-use aria_codec::{NoiseSource, StoredNoise};
+use aria_codec::{NoiseSource, ReplayNoise};
 use common::{check, model, tensors};
 
 const TOL: f32 = 5e-6;
@@ -76,7 +76,7 @@ fn noise_group(folder: &str) {
         return;
     };
     let z = t.get_any("in.dec_even.latents").unwrap();
-    let mut noise = StoredNoise::new(vec![
+    let mut noise = ReplayNoise::new(vec![
         t.get_any("in.dec_noise.draw_0").unwrap(),
         t.get_any("in.dec_noise.draw_1").unwrap(),
     ]);
@@ -93,7 +93,7 @@ fn noise_group(folder: &str) {
     );
     // The noise is real behaviour: switching it off changes the output.
     let quiet = ae.decode(&z, None).unwrap();
-    let e = aria_core::fixtures::rel_err(&quiet.to_vec_f32().unwrap(), &a.to_vec_f32().unwrap());
+    let e = aria_testing::fixtures::rel_err(&quiet.to_vec_f32().unwrap(), &a.to_vec_f32().unwrap());
     assert!(e > 1e-3, "noise had no visible effect ({e:.2e})");
 }
 
@@ -197,10 +197,11 @@ fn same_l_prepare_audio_and_noisy_encode() {
     let Some(t) = tensors("sa3-tiny-medium/a2a.safetensors") else {
         return;
     };
-    let Some(cfg_path) = aria_core::fixtures::fixture("sa3-tiny-medium/model_config.json") else {
+    let Some(cfg_path) = aria_testing::fixtures::fixture("sa3-tiny-medium/model_config.json")
+    else {
         return;
     };
-    let Some(weights) = aria_core::fixtures::fixture("sa3-tiny-medium/model.safetensors") else {
+    let Some(weights) = aria_testing::fixtures::fixture("sa3-tiny-medium/model.safetensors") else {
         return;
     };
     let init = t.get_any("in.a2a.init_audio").unwrap();
@@ -217,7 +218,7 @@ fn same_l_prepare_audio_and_noisy_encode() {
     let ae =
         aria_codec::Autoencoder::load(&cfg, &aria_core::WeightLoader::open(&[weights]).unwrap())
             .unwrap();
-    let mut noise = StoredNoise::new(vec![t.get_any("in.a2a.draw_01").unwrap()]);
+    let mut noise = ReplayNoise::new(vec![t.get_any("in.a2a.draw_01").unwrap()]);
     let z = ae
         .encode_chunked(&want, Some(&mut noise as &mut dyn NoiseSource))
         .unwrap();

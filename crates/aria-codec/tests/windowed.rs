@@ -4,12 +4,12 @@
 
 mod common;
 
-use aria_codec::{Autoencoder, GaussianNoise, NoiseSource, StreamingDecoder, WindowedDecoder};
+use aria_codec::{Autoencoder, NoiseSource, SeededNoise, StreamingDecoder, WindowedDecoder};
 use aria_core::Tensor;
 use common::{assert_bits_eq, model};
 
 fn latents(c: usize, t: usize, seed: u64) -> Tensor {
-    GaussianNoise::new(seed).normal(&[1, c, t]).unwrap()
+    SeededNoise::new(seed).draw(&[1, c, t], "latents").unwrap()
 }
 
 fn check_lengths(ae: &Autoencoder, lengths: &[usize], windows: &[usize]) {
@@ -93,7 +93,7 @@ fn keyed_noise_windowed_matches_whole() {
             let z = latents(c, t, 50 + t as u64);
             let whole = ae.decode_keyed(&z, 99).unwrap();
             let quiet = ae.decode(&z, None).unwrap();
-            let e = aria_core::fixtures::rel_err(
+            let e = aria_testing::fixtures::rel_err(
                 &whole.to_vec_f32().unwrap(),
                 &quiet.to_vec_f32().unwrap(),
             );

@@ -120,6 +120,15 @@ pub enum CoreError {
     /// An invalid argument (out-of-range index, zero-sized window...).
     #[error("{0}")]
     Invalid(String),
+    /// A noise source cannot hand out the draw that was asked for (exhausted, wrong shape, bad
+    /// file).
+    #[error("noise from {origin}: {reason}")]
+    Noise {
+        /// Where the draws come from (a file, "replayed draws").
+        origin: String,
+        /// What is wrong, naming the draw.
+        reason: String,
+    },
 }
 
 /// The rule of the safetensors format that a [`CoreError::SafeTensors`] file breaks.

@@ -22,9 +22,12 @@ pub mod config;
 pub mod cpu;
 mod dtype;
 mod error;
-pub mod fixtures;
 pub mod hooks;
+#[cfg(feature = "ndarray")]
+pub mod interop;
 pub mod loader;
+pub mod nn;
+pub mod noise;
 pub mod ops;
 pub mod rng;
 pub mod storage;

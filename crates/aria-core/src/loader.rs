@@ -400,7 +400,7 @@ impl SafeTensorsFile {
                 format!("tensor `{name}` lies outside the file"),
             )
         })?;
-        if bytes.as_ptr() as usize % info.dtype.size() == 0 {
+        if (bytes.as_ptr() as usize).is_multiple_of(info.dtype.size()) {
             let storage = Storage::Mapped {
                 map: self.map.clone(),
                 start: info.start,

@@ -15,6 +15,16 @@
 //!   each rounded to f32. The Gaussian generators that use it return the cosine value first
 //!   and the sine value on the next call; how each maps 64-bit words to `u1` and `u2` is part of
 //!   its own documented stream.
+//! - [`Rng`]: aria's own seeded generator: [`Xoshiro256pp`] words mapped to uniforms
+//!   `((x >> 11) + 0.5)·2⁻⁵³` in the open interval (0, 1), both Box–Muller inputs drawn that
+//!   way, the sine value cached for the next draw.
+//! - [`TorchGenerator`]: PyTorch's CPU generator ([`Mt19937`] seeded like
+//!   `torch.manual_seed`) with `torch.rand` / `torch.randn` sampling reproduced bit for bit
+//!   (see [`torch`] for the exact rules).
+
+pub mod torch;
+
+pub use torch::{Mt19937, RandnKernel, TorchGenerator};
 
 /// One SplitMix64 step on `state` (see the module docs): advances the state, returns the next
 /// output.
@@ -79,6 +89,53 @@ impl Xoshiro256pp {
     }
 }
 
+/// aria's own seeded standard-normal generator (see the module docs): the same stream on every
+/// platform and with every dependency version.
+#[derive(Debug, Clone)]
+pub struct Rng {
+    g: Xoshiro256pp,
+    spare: Option<f32>,
+}
+
+impl Rng {
+    /// A generator seeded from `seed`.
+    pub fn new(seed: u64) -> Rng {
+        Rng {
+            g: Xoshiro256pp::new(seed),
+            spare: None,
+        }
+    }
+
+    /// Next raw 64-bit value.
+    pub fn next_u64(&mut self) -> u64 {
+        self.g.next_u64()
+    }
+
+    /// Uniform in the open interval (0, 1), 53-bit resolution.
+    pub fn uniform(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 0.5) * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// A standard normal draw.
+    pub fn normal(&mut self) -> f32 {
+        if let Some(v) = self.spare.take() {
+            return v;
+        }
+        let u1 = self.uniform();
+        let u2 = self.uniform();
+        let (c, s) = box_muller(u1, u2);
+        self.spare = Some(s);
+        c
+    }
+
+    /// Fill `out` with standard normal draws.
+    pub fn fill_normal(&mut self, out: &mut [f32]) {
+        for v in out {
+            *v = self.normal();
+        }
+    }
+}
+
 /// The Box–Muller transform of `u1 ∈ (0, 1]` and `u2 ∈ [0, 1)` in f64: two independent
 /// standard-normal values `(r·cos 2πu2, r·sin 2πu2)` with `r = sqrt(−2 ln u1)`, rounded to f32.
 pub fn box_muller(u1: f64, u2: f64) -> (f32, f32) {
@@ -111,6 +168,24 @@ mod tests {
             got,
             [0x0e2c1a002aae913d, 0x2c0fc8ddfa4e9e14, 0xb7b311b3b0d45872]
         );
+    }
+
+    #[test]
+    fn rng_normal_stream_is_pinned_and_normal() {
+        let mut a = Rng::new(7);
+        let n = 200_000;
+        let mut v = vec![0f32; n];
+        a.fill_normal(&mut v);
+        let mean = v.iter().map(|&x| f64::from(x)).sum::<f64>() / n as f64;
+        let var = v
+            .iter()
+            .map(|&x| (f64::from(x) - mean).powi(2))
+            .sum::<f64>()
+            / n as f64;
+        assert!(mean.abs() < 0.01, "mean {mean}");
+        assert!((var - 1.0).abs() < 0.02, "var {var}");
+        let first: Vec<u32> = v[..4].iter().map(|x| x.to_bits()).collect();
+        assert_eq!(first, [0x3f90c02f, 0x4007e629, 0xbf3b2155, 0x3eb831f8]);
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use half::{bf16, f16, slice::HalfFloatSliceExt};
 
-use crate::backend::Device;
+use crate::backend::{Device, Op};
 use crate::storage::{CpuData, Storage};
 use crate::{CoreError, DType, Elem, Result};
 
@@ -414,7 +414,10 @@ impl Tensor {
             return self.contiguous();
         }
         if let Device::Backend(b) = self.device() {
-            return b.upload(&b.to_cpu(self)?.to_dtype(dtype)?);
+            return b.run(Op::ToDtype {
+                x: self.clone(),
+                dtype,
+            });
         }
         let v = self.to_vec_f32()?;
         match dtype {
@@ -447,7 +450,7 @@ impl Tensor {
             return Ok(self.clone());
         }
         if let Device::Backend(b) = self.device() {
-            return b.upload(&b.to_cpu(self)?);
+            return b.run(Op::Contiguous { x: self.clone() });
         }
         match self.dtype {
             DType::F32 => Tensor::from_vec(self.to_vec::<f32>()?, &self.shape),
@@ -592,6 +595,13 @@ impl Tensor {
             if !ok {
                 return Err(CoreError::shape("cat", "shapes or dtypes differ", &shapes));
             }
+        }
+        let operands: Vec<Option<&Tensor>> = tensors.iter().map(|t| Some(*t)).collect();
+        if let Some(b) = crate::backend::device_of("cat", &operands)? {
+            return b.run(Op::Cat {
+                xs: tensors.iter().map(|t| (*t).clone()).collect(),
+                dim,
+            });
         }
         let mut shape = first.shape.clone();
         shape[dim] = tensors.iter().map(|t| t.shape[dim]).sum();

@@ -5,6 +5,15 @@
 //! split work only between independent outputs and never split a reduction, so results are
 //! bit-identical whatever the thread count.
 //!
+//! A [`Pool`] is the same thing as a value: a pipeline (or one call) can carry its own thread
+//! count without touching the process-wide setting.
+//!
+//! ```
+//! let pool = aria_core::threads::Pool::new(3)?;
+//! assert_eq!(pool.install(aria_core::threads::num_threads), 3);
+//! # Ok::<(), aria_core::CoreError>(())
+//! ```
+//!
 //! ```
 //! aria_core::threads::set_num_threads(2)?;
 //! assert_eq!(aria_core::threads::num_threads(), 2);
@@ -72,4 +81,46 @@ pub fn with_threads<R: Send>(n: usize, f: impl FnOnce() -> R + Send) -> Result<R
         .build()
         .map_err(|e| CoreError::Invalid(format!("cannot start {n} CPU threads: {e}")))?;
     Ok(p.install(f))
+}
+
+/// A CPU thread pool passed as a value: every op run inside [`Pool::install`] uses it,
+/// whatever [`set_num_threads`] says. Cloning is cheap (shared).
+#[derive(Clone)]
+pub struct Pool {
+    pool: Arc<rayon::ThreadPool>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Pool({} threads)", self.pool.current_num_threads())
+    }
+}
+
+impl Pool {
+    /// A pool of `n ≥ 1` threads.
+    pub fn new(n: usize) -> Result<Pool> {
+        if n == 0 {
+            return Err(CoreError::Invalid(
+                "a thread pool needs at least one thread".into(),
+            ));
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .thread_name(|i| format!("aria-cpu-{i}"))
+            .build()
+            .map_err(|e| CoreError::Invalid(format!("cannot start {n} CPU threads: {e}")))?;
+        Ok(Pool {
+            pool: Arc::new(pool),
+        })
+    }
+
+    /// The number of threads.
+    pub fn num_threads(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+
+    /// Run `f` with every op inside it on this pool.
+    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        self.pool.install(f)
+    }
 }

@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use aria_core::config::{json_path, read_config, read_json};
-use aria_core::fixtures::fixture;
 use aria_core::loader::{parse_header, SafeTensorsErrorKind as K};
 use aria_core::{
     bf16, f16, save_safetensors, CoreError, DType, SafeTensorsFile, Tensor, WeightLoader,
 };
+use aria_testing::fixtures::fixture;
 
 /// A fresh, empty scratch folder for one test.
 fn scratch(test: &str) -> PathBuf {

@@ -3,9 +3,9 @@
 #![cfg(feature = "wgpu")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use aria_core::fixtures::rel_err;
 use aria_core::wgpu::WgpuBackend;
 use aria_core::{ops, CoreError, DType, Device, Tensor};
+use aria_testing::fixtures::rel_err;
 
 fn backend() -> Option<WgpuBackend> {
     match WgpuBackend::new() {

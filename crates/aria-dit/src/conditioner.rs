@@ -15,8 +15,14 @@
 //! DiT inputs ([`Conditioning`]) for prompts and durations, [`TextConditioner::negative`] the
 //! negative-prompt branch, and [`Conditioning::cfg_null_context`] the unconditional context the
 //! DiT uses under classifier-free guidance.
+//!
+//! Every learned matrix is an [`aria_core::nn::Linear`] loaded under its checkpoint key and the
+//! outputs are built with tensor ops, so the conditioner runs wherever its weights live
+//! ([`TextConditioner::to_device`]); the prompts and durations are host inputs, uploaded once.
 
-use aria_core::{ops, DType, Tensor, WeightLoader};
+use aria_core::nn::{Bias, Linear};
+use aria_core::ops::{self, FourierLayout};
+use aria_core::{DType, Device, Tensor, WeightLoader};
 
 use crate::config::{
     ConditionerSettings, FourierKind, ModelConfig, NumberCondConfig, PaddingMode, T5GemmaCondConfig,
@@ -107,7 +113,7 @@ pub fn expo_fourier_features_with(
     min_freq: f64,
     max_freq: f64,
 ) -> Result<Tensor> {
-    if dim == 0 || dim % 2 != 0 {
+    if dim == 0 || !dim.is_multiple_of(2) {
         return Err(DitError::Input {
             what: "expo Fourier features".into(),
             reason: format!("dimension {dim} must be even and non-zero"),
@@ -121,20 +127,12 @@ pub fn expo_fourier_features_with(
             reason: format!("frequencies must be positive (min {min_freq}, max {max_freq})"),
         });
     }
-    let half = dim / 2;
-    let freqs = expo_frequencies(half, min_freq, max_freq);
-    let pi_f32 = std::f64::consts::PI as f32;
-    let mut out = vec![0f32; values.len() * dim];
-    for (row, &v) in out.chunks_exact_mut(dim).zip(values) {
-        let (cos_part, sin_part) = row.split_at_mut(half);
-        for ((c, s), &f) in cos_part.iter_mut().zip(sin_part.iter_mut()).zip(&freqs) {
-            let a = ((v * f) * 2.0) * pi_f32;
-            let a64 = a as f64;
-            *c = a64.cos() as f32;
-            *s = a64.sin() as f32;
-        }
-    }
-    Ok(Tensor::from_vec(out, &[values.len(), dim])?)
+    let freqs = expo_frequencies(dim / 2, min_freq, max_freq);
+    Ok(ops::fourier_features(
+        &Tensor::from_slice(values, &[values.len()])?,
+        &Tensor::from_vec(freqs, &[dim / 2])?,
+        FourierLayout::CosSin,
+    )?)
 }
 
 /// Prefix of the learned conditioner tensors in an SA3 checkpoint.
@@ -150,34 +148,21 @@ fn input_err(what: &str, reason: String) -> DitError {
     }
 }
 
-/// Learned-frequency Fourier features (`LearnedPositionalEmbedding`): `[v, sin(a), cos(a)]` with
-/// `a_k = ((v · w_k) · 2) · π`.
-fn learned_fourier_features(values: &[f32], weights: &[f32]) -> Result<Tensor> {
-    let half = weights.len();
-    let dim = 2 * half + 1;
-    let pi = std::f64::consts::PI as f32;
-    let mut out = vec![0f32; values.len() * dim];
-    for (row, &v) in out.chunks_exact_mut(dim).zip(values) {
-        row[0] = v;
-        for (k, &w) in weights.iter().enumerate() {
-            let a = (((v * w) * 2.0) * pi) as f64;
-            row[1 + k] = a.sin() as f32;
-            row[1 + half + k] = a.cos() as f32;
-        }
-    }
-    Ok(Tensor::from_vec(out, &[values.len(), dim])?)
-}
-
 /// A number conditioner (`NumberConditioner`): clamp, normalise to [0, 1], Fourier features,
 /// Linear to the conditioning width. SA3 uses it for `seconds_total` (0…384 s, expo features).
+///
+/// The final Linear is an [`aria_core::nn::Linear`] (`<id>.embedder.embedding.1`): adapters
+/// (LoRA) are set on it through [`Self::linear_mut`] and [`Linear::set_adapters`].
 #[derive(Debug, Clone)]
 pub struct NumberConditioner {
     id: String,
     cfg: NumberCondConfig,
-    learned: Option<Vec<f32>>,
-    weight: Tensor,
-    bias: Tensor,
+    /// Fourier frequencies `[128]`: the fixed expo ones or the learned `embedding.0.weights`.
+    freqs: Tensor,
+    layout: FourierLayout,
+    linear: Linear,
     out_dim: usize,
+    device: Device,
 }
 
 impl NumberConditioner {
@@ -191,22 +176,33 @@ impl NumberConditioner {
         loader: &WeightLoader,
     ) -> Result<Self> {
         let vb = loader.pp(id).pp("embedder").pp("embedding");
-        let (learned, in_dim) = match cfg.fourier_features_type {
-            FourierKind::Expo => (None, NUMBER_FEATURES_DIM),
-            FourierKind::Learned => {
-                let w = vb.get_as("0.weights", &[NUMBER_FEATURES_DIM / 2], DType::F32)?;
-                (Some(w.to_vec_f32()?), NUMBER_FEATURES_DIM + 1)
-            }
+        let half = NUMBER_FEATURES_DIM / 2;
+        let (freqs, layout) = match cfg.fourier_features_type {
+            FourierKind::Expo => (
+                Tensor::from_vec(
+                    expo_frequencies(half, EXPO_MIN_FREQ, EXPO_MAX_FREQ),
+                    &[half],
+                )?,
+                FourierLayout::CosSin,
+            ),
+            FourierKind::Learned => (
+                vb.pp("0").get_as("weights", &[half], DType::F32)?,
+                FourierLayout::ValueSinCos,
+            ),
         };
-        let weight = vb.get_as("1.weight", &[out_dim, in_dim], DType::F32)?;
-        let bias = vb.get_as("1.bias", &[out_dim], DType::F32)?;
+        let in_dim = match layout {
+            FourierLayout::CosSin => 2 * half,
+            FourierLayout::ValueSinCos => 2 * half + 1,
+        };
+        let linear = Linear::load(&vb.pp("1"), in_dim, out_dim, Bias::Yes)?;
         Ok(NumberConditioner {
             id: id.to_string(),
             cfg: cfg.clone(),
-            learned,
-            weight,
-            bias,
+            freqs,
+            layout,
+            linear,
             out_dim,
+            device: Device::Cpu,
         })
     }
 
@@ -227,17 +223,36 @@ impl NumberConditioner {
         (v.max(lo).min(hi) - lo) / span
     }
 
-    /// Embeddings `[N, 1, out_dim]` of `values` (the conditioner's output; its mask is all ones).
+    /// The final Linear (`<id>.embedder.embedding.1`, `[out_dim, in_dim]`).
+    pub fn linear(&self) -> &Linear {
+        &self.linear
+    }
+
+    /// The final Linear, mutable: set adapters (LoRA) with [`Linear::set_adapters`], or pack
+    /// its weight.
+    pub fn linear_mut(&mut self) -> &mut Linear {
+        &mut self.linear
+    }
+
+    /// Move the Linear and the frequencies to `device` ([`Self::embed`] then uploads its
+    /// normalised values there).
+    pub fn to_device(&mut self, device: &Device) -> Result<()> {
+        self.linear.to_device(device)?;
+        self.freqs = device.put(&self.freqs)?;
+        self.device = device.clone();
+        Ok(())
+    }
+
+    /// Embeddings `[N, 1, out_dim]` of `values` (the conditioner's output; its mask is all ones),
+    /// on the conditioner's device (the normalised values are its one upload).
     pub fn embed(&self, values: &[f32]) -> Result<Tensor> {
         if let Some(v) = values.iter().find(|v| !v.is_finite()) {
             return Err(input_err(&self.id, format!("value {v} is not finite")));
         }
         let norm: Vec<f32> = values.iter().map(|&v| self.normalize(v)).collect();
-        let feats = match &self.learned {
-            None => expo_fourier_features(&norm, NUMBER_FEATURES_DIM)?,
-            Some(w) => learned_fourier_features(&norm, w)?,
-        };
-        let y = ops::linear(&feats, &self.weight, Some(&self.bias))?;
+        let norm = self.device.put(&Tensor::from_vec(norm, &[values.len()])?)?;
+        let feats = ops::fourier_features(&norm, &self.freqs, self.layout)?;
+        let y = self.linear.forward(&feats)?;
         Ok(y.reshape(&[values.len(), 1, self.out_dim])?)
     }
 }
@@ -250,8 +265,8 @@ pub struct PromptConditioner {
     tokenizer: std::sync::Arc<PromptTokenizer>,
     encoder: T5GemmaEncoder,
     padding_mode: PaddingMode,
-    padding_embedding: Option<Vec<f32>>,
-    proj_out: Option<(Tensor, Tensor)>,
+    padding_embedding: Option<Tensor>,
+    proj_out: Option<Linear>,
     out_dim: usize,
 }
 
@@ -269,18 +284,17 @@ impl PromptConditioner {
         let hidden = encoder.config().hidden_size;
         let vb = loader.pp(id);
         let proj_out = if hidden != out_dim || cfg.project_out {
-            Some((
-                vb.get_as("proj_out.weight", &[out_dim, hidden], DType::F32)?,
-                vb.get_as("proj_out.bias", &[out_dim], DType::F32)?,
-            ))
+            Some(Linear::load(
+                &vb.pp("proj_out"),
+                hidden,
+                out_dim,
+                Bias::Yes,
+            )?)
         } else {
             None
         };
         let padding_embedding = match cfg.padding_mode {
-            PaddingMode::Learned => Some(
-                vb.get_as("padding_embedding", &[out_dim], DType::F32)?
-                    .to_vec_f32()?,
-            ),
+            PaddingMode::Learned => Some(vb.get_as("padding_embedding", &[out_dim], DType::F32)?),
             _ => None,
         };
         Ok(PromptConditioner {
@@ -314,6 +328,28 @@ impl PromptConditioner {
         &mut self.encoder
     }
 
+    /// The output projection (`<id>.proj_out`), if the conditioner has one.
+    pub fn proj_out(&self) -> Option<&Linear> {
+        self.proj_out.as_ref()
+    }
+
+    /// The output projection, mutable (adapters, packing).
+    pub fn proj_out_mut(&mut self) -> Option<&mut Linear> {
+        self.proj_out.as_mut()
+    }
+
+    /// Move the encoder, the projection and the padding embedding to `device`.
+    pub fn to_device(&mut self, device: &Device) -> Result<()> {
+        self.encoder.to_device(device)?;
+        if let Some(p) = &mut self.proj_out {
+            p.to_device(device)?;
+        }
+        if let Some(p) = &self.padding_embedding {
+            self.padding_embedding = Some(device.put(p)?);
+        }
+        Ok(())
+    }
+
     /// Tokenize prompts (`[B, max_length]` ids and mask).
     pub fn tokenize(&self, prompts: &[&str]) -> Result<TokenBatch> {
         self.tokenizer.encode_batch(prompts)
@@ -324,10 +360,11 @@ impl PromptConditioner {
         self.encode_tokens(&self.tokenize(prompts)?)
     }
 
-    /// `(prompt_emb, mask)` for already tokenized prompts.
+    /// `(prompt_emb, mask)` for already tokenized prompts (the ids and mask are uploaded to the
+    /// encoder's device once; both results live there).
     pub fn encode_tokens(&self, tokens: &TokenBatch) -> Result<(Tensor, Tensor)> {
-        let hidden = self.encoder.encode(tokens)?;
-        let mask = tokens.mask_tensor()?;
+        let (ids, mask) = tokens.to_device(self.encoder.device())?;
+        let hidden = self.encoder.forward(&ids, &mask)?;
         Ok((self.finish(&hidden, &mask)?, mask))
     }
 
@@ -335,7 +372,7 @@ impl PromptConditioner {
     /// projection (if any), then pad handling.
     pub fn finish(&self, hidden: &Tensor, mask: &Tensor) -> Result<Tensor> {
         let emb = match &self.proj_out {
-            Some((w, b)) => ops::linear(hidden, w, Some(b))?,
+            Some(p) => p.forward(hidden)?,
             None => hidden.to_dtype(DType::F32)?,
         };
         self.apply_padding(&emb, mask)
@@ -355,20 +392,11 @@ impl PromptConditioner {
                 ),
             ));
         }
-        let d = s[2];
-        let m = mask.to_vec_f32()?;
-        let mut v = emb.to_vec_f32()?;
-        for (row, &keep) in v.chunks_exact_mut(d).zip(&m) {
-            if keep != 0.0 {
-                continue;
-            }
-            match (self.padding_mode, &self.padding_embedding) {
-                (PaddingMode::Learned, Some(p)) => row.copy_from_slice(p),
-                (PaddingMode::Zero, _) => row.fill(0.0),
-                _ => {}
-            }
-        }
-        Ok(Tensor::from_vec(v, &s)?)
+        Ok(match (self.padding_mode, &self.padding_embedding) {
+            (PaddingMode::Learned, Some(p)) => ops::fill_masked_rows(emb, mask, Some(p))?,
+            (PaddingMode::Zero, _) => ops::fill_masked_rows(emb, mask, None)?,
+            _ => emb.clone(),
+        })
     }
 }
 
@@ -398,7 +426,10 @@ impl Conditioning {
     pub fn cfg_null_context(&self, negative: Option<&Conditioning>) -> Result<Tensor> {
         let s = self.cross_attn_cond.shape().to_vec();
         let Some(neg) = negative else {
-            return Ok(Tensor::zeros(&s, DType::F32));
+            return Ok(self
+                .cross_attn_cond
+                .device()
+                .put(&Tensor::zeros(&s, DType::F32))?);
         };
         if neg.cross_attn_cond.shape() != s.as_slice() {
             return Err(input_err(
@@ -410,15 +441,11 @@ impl Conditioning {
                 ),
             ));
         }
-        let d = s[2];
-        let m = neg.cross_attn_mask.to_vec_f32()?;
-        let mut v = neg.cross_attn_cond.to_vec_f32()?;
-        for (row, &keep) in v.chunks_exact_mut(d).zip(&m) {
-            if keep == 0.0 {
-                row.fill(0.0);
-            }
-        }
-        Ok(Tensor::from_vec(v, &s)?)
+        Ok(ops::fill_masked_rows(
+            &neg.cross_attn_cond,
+            &neg.cross_attn_mask,
+            None,
+        )?)
     }
 }
 
@@ -499,9 +526,30 @@ impl TextConditioner {
         &mut self.prompt
     }
 
+    /// Move every weight and parameter (encoder, projection, padding embedding, number
+    /// conditioners) to `device`; the conditioning is then computed there, from host prompts
+    /// and durations uploaded once per call.
+    pub fn to_device(&mut self, device: &Device) -> Result<()> {
+        self.prompt.to_device(device)?;
+        for n in &mut self.numbers {
+            n.to_device(device)?;
+        }
+        Ok(())
+    }
+
     /// The number conditioner `id`, if any.
     pub fn number(&self, id: &str) -> Option<&NumberConditioner> {
         self.numbers.iter().find(|n| n.id == id)
+    }
+
+    /// The number conditioner `id`, mutable (to replace its Linear weight).
+    pub fn number_mut(&mut self, id: &str) -> Option<&mut NumberConditioner> {
+        self.numbers.iter_mut().find(|n| n.id == id)
+    }
+
+    /// The ids of the number conditioners, in config order.
+    pub fn number_ids(&self) -> impl Iterator<Item = &str> {
+        self.numbers.iter().map(|n| n.id.as_str())
     }
 
     /// Width of every conditioning token.
@@ -568,7 +616,8 @@ impl TextConditioner {
                 ));
             }
             let e = n.embed(seconds_total)?;
-            outs.push((n.id(), (e, Tensor::from_vec(vec![1u8; b], &[b, 1])?)));
+            let ones = e.device().put(&Tensor::from_vec(vec![1u8; b], &[b, 1])?)?;
+            outs.push((n.id(), (e, ones)));
         }
         self.assemble(&outs)
     }
@@ -592,16 +641,10 @@ impl TextConditioner {
                 (e.clone(), m.clone())
             };
             toks.push(e);
-            masks.push(m.to_dtype(DType::F32)?);
+            masks.push(m.to_dtype(DType::U8)?);
         }
         let cross = Tensor::cat(&toks.iter().collect::<Vec<_>>(), 1)?;
-        let cmask = Tensor::cat(&masks.iter().collect::<Vec<_>>(), 1)?;
-        let cmask_u8: Vec<u8> = cmask
-            .to_vec_f32()?
-            .iter()
-            .map(|&x| u8::from(x != 0.0))
-            .collect();
-        let cross_attn_mask = Tensor::from_vec(cmask_u8, cmask.shape())?;
+        let cross_attn_mask = Tensor::cat(&masks.iter().collect::<Vec<_>>(), 1)?;
         let globals: Vec<Tensor> = self
             .global_ids
             .iter()
@@ -651,16 +694,18 @@ pub fn local_add_cond(
             format!("mask {ms:?} and masked input {xs:?} must be [B|1, 1, {t}] and [B|1, {channels}, {t}] (B = {batch})"),
         ));
     }
-    let m = mask.to_vec_f32()?;
-    let x = masked.to_vec_f32()?;
-    let mut out = Vec::with_capacity(batch * (channels + 1) * t);
-    for b in 0..batch {
-        let mb = if ms[0] == 1 { 0 } else { b };
-        let xb = if xs[0] == 1 { 0 } else { b };
-        out.extend_from_slice(&m[mb * t..(mb + 1) * t]);
-        out.extend_from_slice(&x[xb * channels * t..(xb + 1) * channels * t]);
+    if batch == 0 {
+        return Ok(Tensor::zeros(&[0, channels + 1, t], DType::F32));
     }
-    Ok(Tensor::from_vec(out, &[batch, channels + 1, t])?)
+    let (m, x) = (mask.to_dtype(DType::F32)?, masked.to_dtype(DType::F32)?);
+    let rows = (0..batch)
+        .map(|b| {
+            let mb = m.narrow(0, if ms[0] == 1 { 0 } else { b }, 1)?;
+            let xb = x.narrow(0, if xs[0] == 1 { 0 } else { b }, 1)?;
+            Tensor::cat(&[&mb, &xb], 1)
+        })
+        .collect::<aria_core::Result<Vec<_>>>()?;
+    Ok(Tensor::cat(&rows.iter().collect::<Vec<_>>(), 0)?)
 }
 
 /// A sample-domain mask reduced to `t` latent frames by nearest interpolation with an integer

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::sampler::Shift;
 use crate::{DitError, Result};
 
 /// The whole `model_config.json`.
@@ -179,11 +180,110 @@ pub enum ConditionerSettings {
     Number(NumberCondConfig),
 }
 
+/// `model.diffusion.diffusion_objective`: what the model predicts and which sampler the
+/// reference uses by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum Objective {
+    /// `rf_denoiser`: post-trained models (ping-pong sampler).
+    #[serde(rename = "rf_denoiser")]
+    RfDenoiser,
+    /// `rectified_flow`: base models (Euler sampler).
+    #[serde(rename = "rectified_flow")]
+    RectifiedFlow,
+}
+
+impl Objective {
+    /// The values accepted in `model_config.json`.
+    pub const ALLOWED: &'static [&'static str] = &["rf_denoiser", "rectified_flow"];
+
+    /// The name as written in `model_config.json`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Objective::RfDenoiser => "rf_denoiser",
+            Objective::RectifiedFlow => "rectified_flow",
+        }
+    }
+
+    /// Parse a config value (`None` for anything else than [`Objective::ALLOWED`]).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "rf_denoiser" => Some(Objective::RfDenoiser),
+            "rectified_flow" => Some(Objective::RectifiedFlow),
+            _ => None,
+        }
+    }
+}
+
+impl PartialEq<&str> for Objective {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl std::fmt::Display for Objective {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `model.diffusion.config.global_cond_type`: how the global condition enters the blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum GlobalCondType {
+    /// `adaLN`: per-block scale, shift and gate from the global embedding (SA3; the only one
+    /// supported).
+    #[default]
+    #[serde(rename = "adaLN")]
+    AdaLn,
+}
+
+impl GlobalCondType {
+    /// The values accepted in `model_config.json`.
+    pub const ALLOWED: &'static [&'static str] = &["adaLN"];
+}
+
+/// `model.diffusion.config.attn_kwargs.qk_norm`: normalisation of query and key heads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QkNorm {
+    /// No QK-norm (`"none"`, `null` or absent: the reference's default).
+    #[default]
+    None,
+    /// RMSNorm of every head vector with learned gains `q_norm.gamma`, `k_norm.gamma` (SA3).
+    Rms,
+}
+
+impl QkNorm {
+    /// The values accepted in `model_config.json` (or `null`).
+    pub const ALLOWED: &'static [&'static str] = &["rms", "none"];
+
+    /// Parse a config value (`None` for anything else than [`QkNorm::ALLOWED`]).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "rms" => Some(QkNorm::Rms),
+            "none" => Some(QkNorm::None),
+            _ => None,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for QkNorm {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        match Option::<String>::deserialize(d)? {
+            None => Ok(QkNorm::None),
+            Some(s) => QkNorm::parse(&s).ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "qk_norm `{s}` is not supported (allowed: {})",
+                    QkNorm::ALLOWED.join(", ")
+                ))
+            }),
+        }
+    }
+}
+
 /// `model.diffusion`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct DiffusionConfig {
     /// `rf_denoiser` (post-trained, ping-pong sampler) or `rectified_flow` (base, euler).
-    pub diffusion_objective: String,
+    pub diffusion_objective: Objective,
     /// Conditioning ids concatenated into the cross-attention context.
     #[serde(default)]
     pub cross_attention_cond_ids: Vec<String>,
@@ -199,9 +299,14 @@ pub struct DiffusionConfig {
     /// Conditioning ids prepended to the sequence (unused by SA3).
     #[serde(default)]
     pub prepend_cond_ids: Vec<String>,
-    /// Inference schedule shift (absent in released files: LogSNR default).
+    /// Inference schedule shift as written (absent in released files: LogSNR default); the
+    /// parsed form is [`DiffusionConfig::sampling_shift`].
     #[serde(default)]
     pub sampling_distribution_shift_options: Option<serde_json::Value>,
+    /// `sampling_distribution_shift_options` parsed at load ([`Shift::inference_default`] when
+    /// absent).
+    #[serde(skip)]
+    pub sampling_shift: Shift,
     /// Training-time shift (not used at inference).
     #[serde(default)]
     pub distribution_shift_options: Option<serde_json::Value>,
@@ -234,8 +339,8 @@ pub struct DitConfig {
     /// Width of the global condition.
     pub global_cond_dim: usize,
     /// `adaLN` for SA3.
-    #[serde(default = "adaln")]
-    pub global_cond_type: String,
+    #[serde(default)]
+    pub global_cond_type: GlobalCondType,
     /// Fourier features dim of the timestep.
     #[serde(default = "d256")]
     pub timestep_features_dim: usize,
@@ -259,16 +364,13 @@ fn one() -> usize {
 fn d256() -> usize {
     256
 }
-fn adaln() -> String {
-    "adaLN".into()
-}
 
 /// `attn_kwargs` of the DiT.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct AttnKwargs {
-    /// QK norm type (`rms`).
+    /// QK norm type (`rms` for SA3).
     #[serde(default)]
-    pub qk_norm: Option<String>,
+    pub qk_norm: QkNorm,
     /// Differential attention (medium).
     #[serde(default)]
     pub differential: bool,
@@ -384,6 +486,31 @@ fn check_keys(
         return Err(cfg_err(file, format!("missing key `{what}.{k}`")));
     }
     Ok(())
+}
+
+/// Check that the string at `key` (if present; `null` allowed with `nullable`) is one of
+/// `allowed`, naming the key and the allowed values otherwise.
+fn check_choice(
+    file: &Path,
+    key: &str,
+    v: Option<&Value>,
+    allowed: &[&str],
+    nullable: bool,
+) -> Result<()> {
+    let list = allowed.join(", ");
+    match v {
+        None => Ok(()),
+        Some(Value::Null) if nullable => Ok(()),
+        Some(Value::String(s)) if allowed.contains(&s.as_str()) => Ok(()),
+        Some(Value::String(s)) => Err(cfg_err(
+            file,
+            format!("`{key}`: `{s}` is not supported (allowed: {list})"),
+        )),
+        Some(other) => Err(cfg_err(
+            file,
+            format!("`{key}`: {other} is not a string (allowed: {list})"),
+        )),
+    }
 }
 
 fn cfg_err(file: &Path, reason: String) -> DitError {
@@ -503,7 +630,34 @@ impl ModelConfig {
                 "global_cond_dim",
             ],
         )?;
+        check_choice(
+            path,
+            "model.diffusion.diffusion_objective",
+            diff.get("diffusion_objective"),
+            Objective::ALLOWED,
+            false,
+        )?;
+        check_choice(
+            path,
+            "model.diffusion.config.global_cond_type",
+            diff["config"].get("global_cond_type"),
+            GlobalCondType::ALLOWED,
+            false,
+        )?;
+        check_choice(
+            path,
+            "model.diffusion.config.attn_kwargs.qk_norm",
+            diff["config"]
+                .get("attn_kwargs")
+                .and_then(|a| a.get("qk_norm")),
+            QkNorm::ALLOWED,
+            true,
+        )?;
+        let key = "model.diffusion.sampling_distribution_shift_options";
+        let shift = Shift::parse(diff.get("sampling_distribution_shift_options"))
+            .map_err(|reason| cfg_err(path, format!("`{key}`: {reason}")))?;
         let mut cfg: ModelConfig = typed(path, "(top level)", &value)?;
+        cfg.model.diffusion.sampling_shift = shift;
         cfg.dir = dir.to_path_buf();
         cfg.path = path.to_path_buf();
         cfg.validate()?;
@@ -550,15 +704,6 @@ impl ModelConfig {
                 ));
             }
         }
-        match d.diffusion_objective.as_str() {
-            "rf_denoiser" | "rectified_flow" => {}
-            o => {
-                return Err(cfg_err(
-                    p,
-                    format!("`model.diffusion.diffusion_objective`: `{o}` is not supported (rf_denoiser, rectified_flow)"),
-                ))
-            }
-        }
         let dc = &d.config;
         if !d.cross_attention_cond_ids.is_empty() && dc.cond_token_dim != c.cond_dim {
             return Err(cfg_err(
@@ -590,7 +735,7 @@ impl ModelConfig {
                 ),
             ));
         }
-        if dc.num_heads == 0 || dc.embed_dim % dc.num_heads != 0 {
+        if dc.num_heads == 0 || !dc.embed_dim.is_multiple_of(dc.num_heads) {
             return Err(cfg_err(
                 p,
                 format!(
@@ -851,4 +996,77 @@ fn preset_json(name: &str) -> Option<Value> {
             }
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// The small-music preset with one value replaced at a JSON pointer.
+    fn with(pointer: &str, v: Value) -> Result<ModelConfig> {
+        let mut j = preset_json("small-music").unwrap();
+        *j.pointer_mut(pointer).unwrap() = v;
+        ModelConfig::from_value(j, Path::new("m.json"), Path::new("."))
+    }
+
+    fn err(pointer: &str, v: Value) -> String {
+        with(pointer, v).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn enums_are_parsed_at_load() {
+        let c = ModelConfig::preset("small-music-base").unwrap();
+        let d = &c.model.diffusion;
+        assert_eq!(d.diffusion_objective, Objective::RectifiedFlow);
+        assert_eq!(d.config.global_cond_type, GlobalCondType::AdaLn);
+        assert_eq!(d.config.attn_kwargs.qk_norm, QkNorm::Rms);
+        assert_eq!(d.sampling_shift, Shift::inference_default());
+        let c = with("/model/diffusion/config/attn_kwargs/qk_norm", Value::Null).unwrap();
+        assert_eq!(c.model.diffusion.config.attn_kwargs.qk_norm, QkNorm::None);
+        let c = with(
+            "/model/diffusion/use_effective_length_for_schedule",
+            json!(true),
+        )
+        .unwrap();
+        assert_eq!(c.model.diffusion.diffusion_objective, "rf_denoiser");
+        let mut j = preset_json("small-music").unwrap();
+        j["model"]["diffusion"]["sampling_distribution_shift_options"] = json!({"type": "none"});
+        let c = ModelConfig::from_value(j, Path::new("m.json"), Path::new(".")).unwrap();
+        assert_eq!(c.model.diffusion.sampling_shift, Shift::None);
+    }
+
+    #[test]
+    fn bad_values_name_the_key_and_the_allowed_values() {
+        let e = err("/model/diffusion/diffusion_objective", json!("v_diffusion"));
+        assert!(e.contains("`model.diffusion.diffusion_objective`"), "{e}");
+        assert!(
+            e.contains("v_diffusion") && e.contains("rf_denoiser, rectified_flow"),
+            "{e}"
+        );
+        let e = err("/model/diffusion/config/global_cond_type", json!("prepend"));
+        assert!(
+            e.contains("`model.diffusion.config.global_cond_type`"),
+            "{e}"
+        );
+        assert!(e.contains("(allowed: adaLN)"), "{e}");
+        let e = err("/model/diffusion/config/attn_kwargs/qk_norm", json!("l2"));
+        assert!(
+            e.contains("`model.diffusion.config.attn_kwargs.qk_norm`"),
+            "{e}"
+        );
+        assert!(e.contains("rms, none"), "{e}");
+        let e = err("/model/diffusion/config/global_cond_type", json!(3));
+        assert!(e.contains("is not a string"), "{e}");
+        let mut j = preset_json("small-music").unwrap();
+        j["model"]["diffusion"]["sampling_distribution_shift_options"] = json!({"type": "cosine"});
+        let e = ModelConfig::from_value(j, Path::new("m.json"), Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`model.diffusion.sampling_distribution_shift_options`"),
+            "{e}"
+        );
+        assert!(e.contains("none, logsnr, full, flux"), "{e}");
+    }
 }

@@ -11,15 +11,21 @@
 //! * `bora`: row-normalise × `m_r`, then column-normalise × `m_c`.
 //!
 //! DoRA/BoRA with strength 0 leave `W` unchanged. The LoRA-XS variants (which need an SVD of the
-//! base weight) are not supported and are reported as such. Applying a [`LoraStack`] to a
-//! [`Dit`] keeps the checkpoint weights as loaded and stores the merged weights beside them;
-//! [`LoraStack::remove`] / [`Dit::clear_loras`] drop them again.
+//! base weight) are not supported and are reported as such.
+//!
+//! Every adapted module of a file is one [`LoraAdapter`], an [`aria_core::nn::Adapter`] that a
+//! layer applies at a strength ([`Linear::set_adapters`]). Applying a [`LoraStack`] to a [`Dit`]
+//! sets the adapters of every layer; the checkpoint weights stay as loaded (the layer keeps the
+//! adapted matrix beside them), so changing a strength or removing a file is one more
+//! [`LoraStack::apply`], never a reload. [`LoraStack::apply_to_linear`] does the same for a
+//! layer outside the DiT (the duration embedder's Linear); [`Dit::clear_loras`] drops them all.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use aria_core::{DType, Tensor, WeightLoader};
+use aria_core::nn::{Adapter, Linear, LowRank};
+use aria_core::{CoreError, DType, Tensor, WeightLoader};
 
 use crate::dit::Dit;
 use crate::{DitError, Result};
@@ -72,13 +78,25 @@ pub struct LoraTarget {
     pub magnitude_c: Option<Tensor>,
 }
 
+/// One adapted module of a LoRA file: the layer adapter that merges it (see the module docs for
+/// the rules).
+#[derive(Debug)]
+pub struct LoraAdapter {
+    path: PathBuf,
+    adapter_type: String,
+    kind: AdapterKind,
+    scaling: f64,
+    module: String,
+    target: LoraTarget,
+}
+
 /// A LoRA file.
 #[derive(Debug, Clone)]
 pub struct LoraFile {
     path: PathBuf,
     config: LoraConfig,
     kind: AdapterKind,
-    targets: BTreeMap<String, LoraTarget>,
+    targets: BTreeMap<String, Arc<LoraAdapter>>,
 }
 
 fn lora_err(path: &Path, reason: impl Into<String>) -> DitError {
@@ -174,15 +192,20 @@ impl LoraFile {
             if kind == AdapterKind::Bora && magnitude_c.is_none() {
                 return Err(lora_err(path, format!("`{module}`: magnitude_c missing")));
             }
-            targets.insert(
-                module,
-                LoraTarget {
+            let adapter = LoraAdapter {
+                path: path.to_path_buf(),
+                adapter_type: config.adapter_type.clone(),
+                kind,
+                scaling: config.alpha / config.rank as f64,
+                module: module.clone(),
+                target: LoraTarget {
                     a,
                     b,
                     magnitude,
                     magnitude_c,
                 },
-            );
+            };
+            targets.insert(module, Arc::new(adapter));
         }
         Ok(LoraFile {
             path: path.to_path_buf(),
@@ -219,15 +242,44 @@ impl LoraFile {
 
     /// The tensors for `module`, if adapted.
     pub fn target(&self, module: &str) -> Option<&LoraTarget> {
-        self.targets.get(module)
+        self.targets.get(module).map(|a| &a.target)
+    }
+
+    /// The layer adapter of `module`, if adapted.
+    pub fn adapter(&self, module: &str) -> Option<Arc<LoraAdapter>> {
+        self.targets.get(module).cloned()
     }
 
     /// Apply this adapter to the weight `w` (`[out, in·k]`, any float dtype) of `module` with
     /// `strength`: `Ok(None)` when the module is not adapted.
     pub fn merge(&self, module: &str, w: &Tensor, strength: f32) -> Result<Option<Tensor>> {
-        let Some(t) = self.targets.get(module) else {
-            return Ok(None);
-        };
+        self.targets
+            .get(module)
+            .map(|a| a.merged(w, strength))
+            .transpose()
+    }
+}
+
+impl LoraAdapter {
+    /// The module it adapts (`model.<DiT path>` or `conditioners.<…>`).
+    pub fn module(&self) -> &str {
+        &self.module
+    }
+
+    /// The adapter type.
+    pub fn kind(&self) -> AdapterKind {
+        self.kind
+    }
+
+    /// The module's tensors.
+    pub fn target(&self) -> &LoraTarget {
+        &self.target
+    }
+
+    /// The adapted weight of `w` (`[out, in·k]`, any float dtype) at `strength`, in f32.
+    pub fn merged(&self, w: &Tensor, strength: f32) -> Result<Tensor> {
+        let t = &self.target;
+        let module = self.module.as_str();
         let shape = w.shape().to_vec();
         let out = shape.first().copied().unwrap_or(0);
         let inn = w.elem_count() / out.max(1);
@@ -239,12 +291,12 @@ impl LoraFile {
             ));
         }
         if self.kind != AdapterKind::Lora && strength == 0.0 {
-            return Ok(Some(w.to_dtype(DType::F32)?.reshape(&shape)?));
+            return w.to_dtype(DType::F32)?.reshape(&shape).map_err(Into::into);
         }
         let r = ash[0];
         let av = t.a.to_vec_f32()?;
         let bv = t.b.to_vec_f32()?;
-        let c = (self.scaling() * strength as f64) as f32;
+        let c = (self.scaling * strength as f64) as f32;
         let mut v = w.to_vec_f32()?;
         for o in 0..out {
             let brow = &bv[o * r..(o + 1) * r];
@@ -312,7 +364,39 @@ impl LoraFile {
                 }
             }
         }
-        Ok(Some(Tensor::from_vec(v, &shape)?))
+        Ok(Tensor::from_vec(v, &shape)?)
+    }
+}
+
+impl Adapter for LoraAdapter {
+    fn describe(&self) -> String {
+        format!(
+            "{} `{}` of {}",
+            self.adapter_type,
+            self.module,
+            self.path.display()
+        )
+    }
+
+    /// The merge is computed on the host (once per strength change, never per forward) and the
+    /// result is put where `w` lives.
+    fn merge(&self, w: &Tensor, strength: f32) -> aria_core::Result<Tensor> {
+        let m = self.merged(w, strength).map_err(|e| match e {
+            DitError::Core(c) => c,
+            other => CoreError::Invalid(other.to_string()),
+        })?;
+        crate::dit::on_device(&m, &w.device()).map_err(|e| match e {
+            DitError::Core(c) => c,
+            other => CoreError::Invalid(other.to_string()),
+        })
+    }
+
+    fn low_rank(&self) -> Option<LowRank> {
+        (self.kind == AdapterKind::Lora).then(|| LowRank {
+            a: self.target.a.clone(),
+            b: self.target.b.clone(),
+            scale: self.scaling as f32,
+        })
     }
 }
 
@@ -364,8 +448,27 @@ impl LoraStack {
         self.entries.is_empty()
     }
 
+    /// The adapters of the stack that target `module`, in order, with their strengths.
+    pub fn adapters_for(&self, module: &str) -> Vec<(Arc<dyn Adapter>, f32)> {
+        self.entries
+            .iter()
+            .filter_map(|(f, s)| f.adapter(module).map(|a| (a as Arc<dyn Adapter>, *s)))
+            .collect()
+    }
+
+    /// Set the adapters of one layer named `module` in the files (e.g.
+    /// `conditioners.seconds_total.embedder.embedding.1`) from the stack: the layer recomputes
+    /// its weight from the checkpoint weight (none targets it: the checkpoint weight again).
+    /// Returns whether any adapter targets it.
+    pub fn apply_to_linear(&self, layer: &mut Linear, module: &str) -> Result<bool> {
+        let adapters = self.adapters_for(module);
+        let any = !adapters.is_empty();
+        layer.set_adapters(adapters)?;
+        Ok(any)
+    }
+
     /// The merged weight of `module` (from its base weight `w`), or `None` if no adapter
-    /// targets it. For callers outside the DiT (the duration embedder's Linear).
+    /// targets it (what [`LoraStack::apply_to_linear`] makes a layer compute with).
     pub fn merged_weight(&self, module: &str, w: &Tensor) -> Result<Option<Tensor>> {
         let mut cur: Option<Tensor> = None;
         for (f, s) in &self.entries {
@@ -376,14 +479,14 @@ impl LoraStack {
         Ok(cur)
     }
 
-    /// Recompute every DiT weight from its checkpoint weight through the stack (an empty stack
-    /// drops all merged weights). Returns the number of merged layers. Every `model.*` module of
-    /// every file must exist in the DiT.
+    /// Set every DiT layer's adapters from the stack (an empty stack removes them all): each
+    /// adapted weight is recomputed from the checkpoint weight. Returns the number of adapted
+    /// layers. Every `model.*` module of every file must exist in the DiT.
     pub fn apply(&self, dit: &mut Dit) -> Result<usize> {
         let paths: Vec<String> = dit
             .linears()
-            .iter()
-            .map(|l| format!("model.{}", l.path()))
+            .into_iter()
+            .map(|l| format!("model.{}", dit.module_path(l)))
             .collect();
         for (f, _) in &self.entries {
             if let Some(m) = f
@@ -398,10 +501,8 @@ impl LoraStack {
             }
         }
         let mut n = 0;
-        for lin in dit.linears_mut() {
-            let merged = self.merged_weight(&format!("model.{}", lin.path()), lin.base_weight())?;
-            n += usize::from(merged.is_some());
-            lin.set_merged(merged)?;
+        for (lin, path) in dit.linears_mut().into_iter().zip(&paths) {
+            n += usize::from(self.apply_to_linear(lin, path)?);
         }
         dit.mark_weights_changed();
         Ok(n)
@@ -409,10 +510,10 @@ impl LoraStack {
 }
 
 impl Dit {
-    /// Drop every merged (LoRA) weight: the model computes with its checkpoint weights again.
+    /// Remove every adapter: the model computes with its checkpoint weights again.
     pub fn clear_loras(&mut self) -> Result<()> {
         for lin in self.linears_mut() {
-            lin.set_merged(None)?;
+            lin.set_adapters(Vec::new())?;
         }
         self.mark_weights_changed();
         Ok(())

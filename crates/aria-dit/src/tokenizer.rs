@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use aria_core::Tensor;
+use aria_core::{Device, Tensor};
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 use crate::{DitError, Result};
@@ -113,6 +113,15 @@ impl TokenBatch {
     /// The mask as a `U8` tensor `[batch, len]`.
     pub fn mask_tensor(&self) -> Result<Tensor> {
         Ok(Tensor::from_slice(&self.mask, &[self.batch, self.len])?)
+    }
+
+    /// The ids and the mask ([`Self::ids_tensor`], [`Self::mask_tensor`]) on `device` (one
+    /// upload each; none on the CPU).
+    pub fn to_device(&self, device: &Device) -> Result<(Tensor, Tensor)> {
+        Ok((
+            device.put(&self.ids_tensor()?)?,
+            device.put(&self.mask_tensor()?)?,
+        ))
     }
 }
 

@@ -1,10 +1,10 @@
 //! Shared helpers of the DiT / sampler / LoRA parity tests (included with `#[path]`).
 #![allow(dead_code, clippy::unwrap_used)]
 
-use aria_core::fixtures::{fixture, fixture_tensors};
 use aria_core::{Tensor, WeightLoader};
 use aria_dit::config::ModelConfig;
 use aria_dit::dit::Dit;
+use aria_testing::fixtures::{fixture, fixture_tensors};
 
 /// The DiT of a fixture model folder (`sa3-tiny`, `sa3-tiny-medium`, `sa3-tiny-extra`), or
 /// `None` (skipped) when fixtures are absent.

@@ -5,9 +5,9 @@
 #[path = "dit_common.rs"]
 mod common;
 
-use aria_core::fixtures::assert_close;
 use aria_core::WeightLoader;
 use aria_dit::dit::Dit;
+use aria_testing::fixtures::assert_close;
 use common::{get, load_dit, tensors, try_get};
 
 const TOL: f32 = 5e-6;

@@ -8,10 +8,11 @@ mod common;
 
 use std::sync::Arc;
 
-use aria_core::fixtures::{assert_close, fixture};
-use aria_core::{ops, Tensor};
+use aria_core::nn::{Bias, Linear};
+use aria_core::Tensor;
 use aria_dit::dit::Dit;
 use aria_dit::lora::{AdapterKind, LoraFile, LoraStack};
+use aria_testing::fixtures::{assert_close, fixture};
 use common::{get, load_dit, tensors};
 
 const TOL: f32 = 5e-6;
@@ -62,15 +63,15 @@ fn case(folder: &str, case: &str, file: &str, kind: AdapterKind) {
         .filter(|n| n.starts_with(&format!("out.{case}.W_eff.model.")))
     {
         let module = name.trim_start_matches(&format!("out.{case}.W_eff.model."));
-        let lin = dit
-            .linears()
-            .into_iter()
-            .find(|l| l.path() == module)
-            .unwrap();
+        let lin = dit.linear(module).unwrap();
         let want = get(&w, &name);
-        let got = lin.weight().reshape(want.shape()).unwrap();
+        let got = lin
+            .effective_weight()
+            .unwrap()
+            .reshape(want.shape())
+            .unwrap();
         assert_close(&name, &got, &want, 1e-6);
-        assert!(lin.is_merged());
+        assert!(lin.is_adapted());
     }
     let (v, hidden) = forward(&dit, &w, case);
     assert_close(
@@ -88,32 +89,31 @@ fn case(folder: &str, case: &str, file: &str, kind: AdapterKind) {
         );
     }
 
-    // The duration embedder's LoRA (conditioner side) through the stack's merge.
+    // The duration embedder's LoRA (conditioner side): the stack sets the adapters of a layer
+    // outside the DiT, named as in the file.
     let m = aria_core::WeightLoader::open_checkpoint(
         fixture(&format!("{folder}/model.safetensors")).unwrap(),
     )
     .unwrap();
-    let name = "conditioner.conditioners.seconds_total.embedder.embedding.1";
-    let (lw, lb) = (
-        get(&m, &format!("{name}.weight")),
-        get(&m, &format!("{name}.bias")),
-    );
-    let lw = stack
-        .merged_weight("conditioners.seconds_total.embedder.embedding.1", &lw)
-        .unwrap()
-        .unwrap_or(lw);
+    let module = "conditioners.seconds_total.embedder.embedding.1";
+    let mut seconds = Linear::load(
+        &m.pp(format!("conditioner.{module}")),
+        256,
+        get(&m, &format!("conditioner.{module}.bias")).elem_count(),
+        Bias::Yes,
+    )
+    .unwrap();
+    let adapted = stack.apply_to_linear(&mut seconds, module).unwrap();
+    assert_eq!(adapted, lora.target(module).is_some());
     let secs: Vec<f32> = get(&w, "in.lora.seconds_values")
         .to_vec_f32()
         .unwrap()
         .iter()
         .map(|s| s.clamp(0.0, 384.0) / 384.0)
         .collect();
-    let emb = ops::linear(
-        &aria_dit::dit::timestep_features(&secs, 256).unwrap(),
-        &lw,
-        Some(&lb),
-    )
-    .unwrap();
+    let emb = seconds
+        .forward(&aria_dit::dit::timestep_features(&secs, 256).unwrap())
+        .unwrap();
     let want = get(&w, &format!("out.{case}.seconds_embedding"));
     assert_close(
         &format!("{case}.seconds_embedding"),
@@ -122,10 +122,17 @@ fn case(folder: &str, case: &str, file: &str, kind: AdapterKind) {
         TOL,
     );
 
+    // Strength 0 through the same adapters, without reloading, gives the base model back bit
+    // for bit (LoRA adds a zero update; DoRA/BoRA leave the weight unchanged at strength 0).
+    stack.set_strength(0, 0.0).unwrap();
+    stack.apply(&mut dit).unwrap();
+    let (v0, _) = forward(&dit, &w, case);
+    assert_eq!(v0.to_vec_f32().unwrap(), v_base.to_vec_f32().unwrap());
+
     // Removal restores the base model exactly; base weights were never touched.
     stack.remove(0).unwrap();
     stack.apply(&mut dit).unwrap();
-    assert!(dit.linears().iter().all(|l| !l.is_merged()));
+    assert!(dit.linears().iter().all(|l| !l.is_adapted()));
     let (v_again, _) = forward(&dit, &w, case);
     assert_eq!(v_again.to_vec_f32().unwrap(), v_base.to_vec_f32().unwrap());
 }
@@ -189,22 +196,21 @@ fn lora_stacking_and_context_invalidation() {
     );
     let module = "transformer.layers.0.self_attn.to_qkv";
     let base = dit
-        .linears()
-        .into_iter()
-        .find(|l| l.path() == module)
+        .linear(module)
         .unwrap()
-        .base_weight()
+        .weight()
+        .dense()
+        .unwrap()
         .clone();
     let mut stack = LoraStack::new();
     stack.push(a.clone(), 0.5);
     stack.push(b.clone(), 0.7);
     stack.apply(&mut dit).unwrap();
     let got = dit
-        .linears()
-        .into_iter()
-        .find(|l| l.path() == module)
+        .linear(module)
         .unwrap()
-        .weight()
+        .effective_weight()
+        .unwrap()
         .clone();
     let key = format!("model.{module}");
     let want = b

@@ -7,13 +7,13 @@
 #[path = "dit_common.rs"]
 mod common;
 
-use aria_core::fixtures::assert_close;
 use aria_core::{Tensor, WeightLoader};
 use aria_dit::dit::{Dit, DitConditioning};
 use aria_dit::sampler::{
     sample, Guidance, GuidedDit, GuidedOptions, LengthParams, NegativeConditioning, ReplayNoise,
     SampleOptions, SamplerKind, Schedule, Shift, StepControl, StepInfo,
 };
+use aria_testing::fixtures::assert_close;
 use common::{get, load_dit, tensors, try_get};
 
 const TOL: f32 = 1e-5;

@@ -3,7 +3,6 @@
 //! local-add (inpainting) condition.
 #![allow(clippy::unwrap_used)]
 
-use aria_core::fixtures::{assert_close, fixture, fixture_tensors};
 use aria_core::{DType, Tensor, WeightLoader};
 use aria_dit::conditioner::{
     latent_mask_nearest, local_add_cond, TextConditioner, CONDITIONER_PREFIX,
@@ -11,6 +10,7 @@ use aria_dit::conditioner::{
 use aria_dit::config::ModelConfig;
 use aria_dit::t5gemma::{AttnImplementation, Precision};
 use aria_dit::tokenizer::TokenBatch;
+use aria_testing::fixtures::{assert_close, fixture, fixture_tensors};
 
 const TOL: f32 = 5e-6;
 const PROMPTS: [&str; 2] = ["lofi house loop", "Amen break 174 BPM, dusty vinyl drums"];
@@ -325,4 +325,67 @@ fn local_add_condition() {
     let z = local_add_cond(2, 16, 36, None).unwrap();
     assert_eq!(z.shape(), &[2, 17, 36]);
     assert!(local_add_cond(1, 15, 36, Some((&mask, &masked))).is_err());
+}
+
+/// A test adapter: `W + s·Δ` with a fixed `Δ`.
+#[derive(Debug)]
+struct AddDelta(Tensor);
+
+impl aria_core::nn::Adapter for AddDelta {
+    fn describe(&self) -> String {
+        "test delta".into()
+    }
+    fn merge(&self, w: &Tensor, strength: f32) -> aria_core::Result<Tensor> {
+        aria_core::ops::add(w, &aria_core::ops::mul_scalar(&self.0, strength)?)
+    }
+}
+
+/// The duration embedder's Linear takes adapters through the layer API: set at a strength,
+/// changed, and removed without reloading (removal gives back the checkpoint's result exactly).
+#[test]
+fn seconds_linear_takes_adapters() {
+    let Some((mut cond, _)) = load("sa3-tiny") else {
+        return;
+    };
+    let values = [0.0f32, 1.0, 30.0];
+    let base = cond
+        .seconds_embedding(&values)
+        .unwrap()
+        .to_vec_f32()
+        .unwrap();
+    let lin = cond.number_mut("seconds_total").unwrap().linear_mut();
+    assert_eq!(
+        lin.name(),
+        "conditioner.conditioners.seconds_total.embedder.embedding.1"
+    );
+    let (o, i) = (lin.out_dim(), lin.in_dim());
+    let delta: Vec<f32> = (0..o * i).map(|k| ((k % 13) as f32 - 6.0) * 1e-3).collect();
+    let ad: std::sync::Arc<dyn aria_core::nn::Adapter> =
+        std::sync::Arc::new(AddDelta(Tensor::from_vec(delta, &[o, i]).unwrap()));
+    lin.set_adapters(vec![(ad.clone(), 1.0)]).unwrap();
+    let one = cond
+        .seconds_embedding(&values)
+        .unwrap()
+        .to_vec_f32()
+        .unwrap();
+    assert!(one.iter().zip(&base).any(|(a, b)| a != b));
+    let lin = cond.number_mut("seconds_total").unwrap().linear_mut();
+    lin.set_adapters(vec![(ad, 0.5)]).unwrap();
+    let half = cond
+        .seconds_embedding(&values)
+        .unwrap()
+        .to_vec_f32()
+        .unwrap();
+    // Linear in the strength (up to f32 rounding).
+    for ((h, a), b) in half.iter().zip(&one).zip(&base) {
+        assert!((h - (a + b) / 2.0).abs() < 1e-5, "{h} vs {a}, {b}");
+    }
+    let lin = cond.number_mut("seconds_total").unwrap().linear_mut();
+    lin.set_adapters(Vec::new()).unwrap();
+    let back = cond
+        .seconds_embedding(&values)
+        .unwrap()
+        .to_vec_f32()
+        .unwrap();
+    assert_eq!(back, base);
 }

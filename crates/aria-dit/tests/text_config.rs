@@ -3,11 +3,13 @@
 
 use std::path::{Path, PathBuf};
 
-use aria_core::fixtures::fixture;
 use aria_core::WeightLoader;
 use aria_dit::conditioner::TextConditioner;
 use aria_dit::config::{ConditionerSettings, FourierKind, ModelConfig, PaddingMode};
-use aria_dit::t5gemma::{AttnImplementation, T5GemmaConfig};
+use aria_dit::t5gemma::{
+    AttnImplementation, HiddenActivation, LayerType, Precision, RopeType, T5GemmaConfig,
+};
+use aria_testing::fixtures::fixture;
 use serde_json::Value;
 
 /// A fresh scratch folder under the system temp dir.
@@ -302,4 +304,56 @@ fn typed_conditioner_settings() {
         ConditionerSettings::Number(n) => assert_eq!(n.max_val, 384.0),
         other => panic!("unexpected {other:?}"),
     }
+}
+
+/// The string settings of the encoder config are parsed once into enums; an unknown value is
+/// an error naming the key and the allowed spellings.
+#[test]
+fn t5gemma_string_settings_are_typed() {
+    let Some(t5) = fixture("sa3-tiny/t5gemma-b-b-ul2") else {
+        return;
+    };
+    let root: Value =
+        serde_json::from_str(&std::fs::read_to_string(t5.join("config.json")).unwrap()).unwrap();
+    let path = Path::new("config.json");
+    let c = T5GemmaConfig::from_json(&root, path).unwrap();
+    assert_eq!(c.hidden_activation, HiddenActivation::GeluPytorchTanh);
+    assert_eq!(c.rope_type, RopeType::Default);
+    assert_eq!(c.layer_types, vec![LayerType::Sliding, LayerType::Full]);
+    assert_eq!(c.dtype, Some(Precision::Bf16));
+    let err = |edit: &dyn Fn(&mut Value)| {
+        let mut v = root.clone();
+        edit(&mut v);
+        T5GemmaConfig::from_json(&v, path).unwrap_err().to_string()
+    };
+    let e = err(&|v| v["encoder"]["hidden_activation"] = "relu".into());
+    assert!(
+        e.contains("`encoder.hidden_activation`")
+            && e.contains("\"relu\"")
+            && e.contains("`gelu_pytorch_tanh`"),
+        "{e}"
+    );
+    let e = err(&|v| v["encoder"]["rope_parameters"]["rope_type"] = "yarn".into());
+    assert!(
+        e.contains("`encoder.rope_parameters.rope_type`") && e.contains("`default`"),
+        "{e}"
+    );
+    let e = err(&|v| v["encoder"]["layer_types"][1] = "local_attention".into());
+    assert!(
+        e.contains("`encoder.layer_types[1]`")
+            && e.contains("`full_attention`, `sliding_attention`"),
+        "{e}"
+    );
+    let e = err(&|v| v["attn_implementation"] = "flex".into());
+    assert!(
+        e.contains("`attn_implementation`") && e.contains("`sdpa`, `eager`"),
+        "{e}"
+    );
+    let e = err(&|v| v["dtype"] = "float16".into());
+    assert!(
+        e.contains("`dtype`") && e.contains("`bfloat16`, `float32`"),
+        "{e}"
+    );
+    let e = err(&|v| v["encoder"]["attention_bias"] = "no".into());
+    assert!(e.contains("`encoder.attention_bias`"), "{e}");
 }

@@ -3,10 +3,10 @@
 #![allow(clippy::unwrap_used)]
 
 use aria_core::cpu::{with_isa, Isa};
-use aria_core::fixtures::{assert_close, fixture, fixture_tensors, rel_err};
 use aria_core::{DType, Tensor};
 use aria_dit::t5gemma::{AttnImplementation, Precision, T5GemmaEncoder};
 use aria_dit::tokenizer::TokenBatch;
+use aria_testing::fixtures::{assert_close, fixture, fixture_tensors, rel_err};
 
 const TOL: f32 = 5e-6;
 

@@ -4,8 +4,8 @@
 
 use std::path::PathBuf;
 
-use aria_core::fixtures::{fixture, fixture_tensors};
 use aria_dit::tokenizer::{PromptTokenizer, TokenBatch};
+use aria_testing::fixtures::{fixture, fixture_tensors};
 
 fn under_ci() -> bool {
     std::env::var("CI").map(|v| v == "true").unwrap_or(false)

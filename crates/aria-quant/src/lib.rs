@@ -1,11 +1,52 @@
 //! # aria-quant
 //!
-//! **Status: planned; nothing is implemented yet.** This crate will own aria's quantized
-//! weight storage so that model code can use packed weights without knowing it:
+//! Quantized weight storage for aria: a packed weight is one more kind of
+//! [`aria_core::nn::Weight`], so model code computes with it without knowing.
 //!
-//! - packed formats `q8` and `q4` (block structs with compile-time size checks, a format tag and
-//!   version), quantized from f32/f16 once at load, the full-precision source freed;
-//! - quantized matmul kernels per ISA (scalar reference, AVX2, NEON) and a W8A8 mode that also
-//!   quantizes activations;
-//! - a `Linear` weight enum (dense or packed) consumed by `aria-dit` and `aria-codec`;
-//! - saving and loading pre-quantized checkpoints, with quality measured against f32.
+//! - [`format`](mod@format): the packed block formats `q8_0`, `q4_k` and `q6_k` (`#[repr(C)]` block structs
+//!   with compile-time size checks, a tag with the layout version, reference quantize and
+//!   dequantize).
+//! - [`PackedMatrix`]: a quantized `[out, in]` matrix, quantized row by row from f32/f16/bf16
+//!   weights (memory-mapped or owned), implementing [`aria_core::nn::PackedWeight`].
+//! - [`kernels`]: f32 activations × packed weights, dequantized inside the kernel (scalar
+//!   reference, AVX2, AVX-512, NEON; bit-identical to each other and for any thread count), and
+//!   W8A8 (per-token int8 activations, exact int32 block sums on AVX-512 VNNI, AVX-VNNI, AVX2,
+//!   NEON `sdot`/plain NEON, scalar), chosen by a `try_*` ladder from explicit inputs
+//!   ([`Compute`] is a configuration value, not an environment switch).
+//! - [`io`]: packed safetensors files (U8 blocks plus a tensor table, format version, policy
+//!   and source checksum in the metadata), with typed errors for mismatched, corrupt and
+//!   truncated files.
+//! - [`Policy`]: which format each layer of a model gets (`q8`, `q4`, `q4-mixed`).
+//!
+//! ```
+//! use aria_core::nn::{Linear, Weight};
+//! use aria_core::Tensor;
+//! use aria_quant::{Format, PackedMatrix};
+//! use std::sync::Arc;
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let w: Vec<f32> = (0..64 * 96).map(|i| ((i * 7 % 13) as f32 - 6.0) / 10.0).collect();
+//! let dense = Tensor::from_vec(w.clone(), &[64, 96])?;
+//! let packed = PackedMatrix::quantize("proj.weight", &dense, Format::Q8_0)?;
+//! let layer = Linear::new("proj", Weight::Packed(Arc::new(packed)), None)?;
+//! let x = Tensor::from_vec(vec![0.5f32; 2 * 96], &[2, 96])?;
+//! let y = layer.forward(&x)?;
+//! let want = aria_core::ops::linear(&x, &dense, None)?;
+//! let (y, want) = (y.to_vec::<f32>()?, want.to_vec::<f32>()?);
+//! let err = y.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+//! assert!(err < 0.05, "{err}");
+//! # Ok(()) }
+//! ```
+
+mod checksum;
+mod error;
+pub mod format;
+pub mod io;
+pub mod kernels;
+mod matrix;
+mod policy;
+
+pub use checksum::{xxh64, Xxh64};
+pub use error::{QuantError, Result};
+pub use format::Format;
+pub use matrix::{Compute, PackedMatrix};
+pub use policy::Policy;

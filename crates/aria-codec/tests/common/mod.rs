@@ -2,8 +2,8 @@
 //! Shared helpers of the integration tests.
 
 use aria_codec::{Autoencoder, AutoencoderConfig};
-use aria_core::fixtures::{fixture, fixture_tensors, rel_err};
 use aria_core::{Tensor, WeightLoader};
+use aria_testing::fixtures::{fixture, fixture_tensors, rel_err};
 
 /// The autoencoder of a fixture folder (`sa3-tiny` or `sa3-tiny-medium`), or `None` (skipped).
 pub fn model(folder: &str) -> Option<Autoencoder> {

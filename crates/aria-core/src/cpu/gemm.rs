@@ -375,7 +375,7 @@ impl<'a> Packed<'a> {
     /// `isa`, else pack it.
     pub(crate) fn kn(isa: Isa, b: &'a [f32], k: usize, n: usize) -> Packed<'a> {
         let nr = panel_width(isa);
-        if n % nr == 0 {
+        if n.is_multiple_of(nr) {
             Packed {
                 data: std::borrow::Cow::Borrowed(&b[..k * n]),
                 nr,

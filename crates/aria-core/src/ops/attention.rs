@@ -1,6 +1,7 @@
 use rayon::prelude::*;
 
-use super::f32_data;
+use super::{f32_data, route};
+use crate::backend::{AttnSpec, Op};
 use crate::cpu::gemm::{small, BSrc, Packed, WData};
 use crate::cpu::scalar::MR;
 use crate::cpu::{self, rows, Isa};
@@ -59,6 +60,17 @@ impl<'a> AttnOpts<'a> {
 /// the keys its rows can see: with a `window` the work is O(N · band), never O(N²)), an exact
 /// max-subtracted softmax, and `P·V`, all with the packed matrix micro-kernels.
 pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, opts: &AttnOpts<'_>) -> Result<Tensor> {
+    route!(
+        "attention",
+        [q, k, v, opts.key_mask],
+        Op::Attention {
+            q: q.clone(),
+            k: k.clone(),
+            v: v.clone(),
+            diff: None,
+            opts: AttnSpec::of(opts)
+        }
+    );
     attention_impl(q, k, None, v, opts)
 }
 
@@ -81,6 +93,17 @@ pub fn attention_diff(
             &[q.shape(), q2.shape(), k.shape(), k2.shape()],
         ));
     }
+    route!(
+        "attention",
+        [q, k, q2, k2, v, opts.key_mask],
+        Op::Attention {
+            q: q.clone(),
+            k: k.clone(),
+            v: v.clone(),
+            diff: Some((q2.clone(), k2.clone())),
+            opts: AttnSpec::of(opts)
+        }
+    );
     attention_impl(q, k, Some((q2, k2)), v, opts)
 }
 
@@ -101,11 +124,17 @@ impl RowCtx<'_> {
             Some((l, r)) => (i.saturating_sub(l), (i + r + 1).min(self.nk)),
             None => (0, self.nk),
         };
+        // Only the keys the query sees enter the reductions, starting at its first key: a row's
+        // bits then never depend on where the tile around it starts (windowed decoding of a
+        // banded model relies on this).
+        let a = lo.saturating_sub(j0).min(s.len());
+        let b = hi.saturating_sub(j0).clamp(a, s.len());
+        s[..a].fill(0.0);
+        s[b..].fill(0.0);
+        let (j0, s) = (j0 + a, &mut s[a..b]);
         for (c, e) in s.iter_mut().enumerate() {
             let j = j0 + c;
-            let excluded = j < lo
-                || j >= hi
-                || (o.mask_mode == KeyMaskMode::Exclude && self.mask.is_some_and(|m| !m[j]));
+            let excluded = o.mask_mode == KeyMaskMode::Exclude && self.mask.is_some_and(|m| !m[j]);
             if excluded {
                 *e = f32::NEG_INFINITY;
             } else {

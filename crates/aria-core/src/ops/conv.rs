@@ -1,6 +1,7 @@
 use rayon::prelude::*;
 
-use super::f32_data;
+use super::{f32_data, route};
+use crate::backend::Op;
 use crate::cpu::{
     self,
     gemm::{gemm, BSrc},
@@ -13,6 +14,16 @@ use crate::{threads, CoreError, Result, Tensor};
 /// Runs as a packed matrix product over the implicit im2col matrix (no copy of the input);
 /// each output is `Σ_{ci, k} w·x` in that order plus the bias.
 pub fn conv1d(x: &Tensor, w: &Tensor, b: Option<&Tensor>, padding: usize) -> Result<Tensor> {
+    route!(
+        "conv1d",
+        [x, w, b],
+        Op::Conv1d {
+            x: x.clone(),
+            w: w.clone(),
+            b: b.cloned(),
+            padding
+        }
+    );
     let (xs, ws) = (x.shape(), w.shape());
     if xs.len() != 3 || ws.len() != 3 || ws[1] != xs[1] {
         return Err(CoreError::shape(

@@ -1,6 +1,7 @@
 use rayon::prelude::*;
 
-use super::f32_data;
+use super::{f32_data, route};
+use crate::backend::{BinaryOp, Op, UnaryOp};
 use crate::cpu::gemm::WData;
 use crate::cpu::{self, rows};
 use crate::{threads, CoreError, DType, Result, Tensor};
@@ -29,6 +30,14 @@ fn map_rows(x: &Tensor, f: fn(cpu::Isa, &mut [f32])) -> Result<Tensor> {
 
 /// `x · sigmoid(x)`.
 pub fn silu(x: &Tensor) -> Result<Tensor> {
+    route!(
+        "unary",
+        [x],
+        Op::Unary {
+            x: x.clone(),
+            f: UnaryOp::Silu
+        }
+    );
     map_rows(x, rows::silu)
 }
 
@@ -50,11 +59,27 @@ pub(crate) fn gelu_f(v: f32) -> f32 {
 
 /// `1 / (1 + e^-x)`.
 pub fn sigmoid(x: &Tensor) -> Result<Tensor> {
+    route!(
+        "unary",
+        [x],
+        Op::Unary {
+            x: x.clone(),
+            f: UnaryOp::Sigmoid
+        }
+    );
     map_rows(x, rows::sigmoid)
 }
 
 /// `tanh(x)`.
 pub fn tanh(x: &Tensor) -> Result<Tensor> {
+    route!(
+        "unary",
+        [x],
+        Op::Unary {
+            x: x.clone(),
+            f: UnaryOp::Tanh
+        }
+    );
     map(x, f32::tanh)
 }
 
@@ -63,31 +88,58 @@ const REF_PI: f32 = std::f32::consts::PI;
 
 /// `sin(π·x)` with π written as the reference does (3.14159265359, rounded to f32).
 pub fn sin_pi(x: &Tensor) -> Result<Tensor> {
+    route!(
+        "unary",
+        [x],
+        Op::Unary {
+            x: x.clone(),
+            f: UnaryOp::SinPi
+        }
+    );
     map(x, |v| (REF_PI * v).sin())
 }
 
 /// Exact GELU `x·Φ(x)` (erf form).
 pub fn gelu(x: &Tensor) -> Result<Tensor> {
+    route!(
+        "unary",
+        [x],
+        Op::Unary {
+            x: x.clone(),
+            f: UnaryOp::Gelu
+        }
+    );
     map(x, gelu_f)
 }
 
 /// GELU, tanh approximation (`gelu_pytorch_tanh`).
 pub fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
+    route!(
+        "unary",
+        [x],
+        Op::Unary {
+            x: x.clone(),
+            f: UnaryOp::GeluTanh
+        }
+    );
     map(x, gelu_tanh_f)
 }
 
 /// `x · s`.
 pub fn mul_scalar(x: &Tensor, s: f32) -> Result<Tensor> {
+    route!("mul_scalar", [x], Op::MulScalar { x: x.clone(), s });
     map(x, |v| v * s)
 }
 
 /// `x + s`.
 pub fn add_scalar(x: &Tensor, s: f32) -> Result<Tensor> {
+    route!("add_scalar", [x], Op::AddScalar { x: x.clone(), s });
     map(x, |v| v + s)
 }
 
 /// `x · a + b`.
 pub fn affine(x: &Tensor, a: f32, b: f32) -> Result<Tensor> {
+    route!("affine", [x], Op::Affine { x: x.clone(), a, b });
     map(x, |v| v * a + b)
 }
 
@@ -107,6 +159,7 @@ pub enum GluAct {
 /// Gated linear unit over the last dimension `[.., 2F] → [.., F]`: first half is the value,
 /// second half the gate: `value ⊙ act(gate)`.
 pub fn glu(x: &Tensor, act: GluAct) -> Result<Tensor> {
+    route!("glu", [x], Op::Glu { x: x.clone(), act });
     let s = x.shape();
     let d2 = *s
         .last()
@@ -259,26 +312,63 @@ pub fn binary_map(
 
 /// `a + b` (broadcasting).
 pub fn add(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    route!(
+        "binary",
+        [a, b],
+        Op::Binary {
+            a: a.clone(),
+            b: b.clone(),
+            f: BinaryOp::Add
+        }
+    );
     binary_map("add", a, b, |x, y| x + y)
 }
 
 /// `a − b` (broadcasting).
 pub fn sub(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    route!(
+        "binary",
+        [a, b],
+        Op::Binary {
+            a: a.clone(),
+            b: b.clone(),
+            f: BinaryOp::Sub
+        }
+    );
     binary_map("sub", a, b, |x, y| x - y)
 }
 
 /// `a ⊙ b` (broadcasting).
 pub fn mul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    route!(
+        "binary",
+        [a, b],
+        Op::Binary {
+            a: a.clone(),
+            b: b.clone(),
+            f: BinaryOp::Mul
+        }
+    );
     binary_map("mul", a, b, |x, y| x * y)
 }
 
 /// `a / b` (broadcasting).
 pub fn div(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    route!(
+        "binary",
+        [a, b],
+        Op::Binary {
+            a: a.clone(),
+            b: b.clone(),
+            f: BinaryOp::Div
+        }
+    );
     binary_map("div", a, b, |x, y| x / y)
 }
 
 /// Softmax over the last dimension (max-subtracted, f32).
 pub fn softmax_last(x: &Tensor) -> Result<Tensor> {
+    route!("softmax", [x], Op::Softmax { x: x.clone() });
     let d = *x
         .shape()
         .last()
@@ -300,6 +390,14 @@ pub fn softmax_last(x: &Tensor) -> Result<Tensor> {
 /// Gather rows of `table [V, D]` (any float dtype, typically memory-mapped) for `ids` (an
 /// integer tensor of any shape) → `[..ids, D]` f32. Only the requested rows are read.
 pub fn embedding(ids: &Tensor, table: &Tensor) -> Result<Tensor> {
+    route!(
+        "embedding",
+        [ids, table],
+        Op::Embedding {
+            ids: ids.clone(),
+            table: table.clone()
+        }
+    );
     let ts = table.shape();
     if ts.len() != 2 {
         return Err(CoreError::shape(
@@ -357,13 +455,22 @@ pub fn rope_tables(inv_freq: &Tensor, n: usize) -> Result<(Tensor, Tensor)> {
 /// `cos, sin` are `[N, R]` from [`rope_tables`]. `x` is `[.., N, D]` (any strides); dims `R..D`
 /// pass through. Returns a contiguous tensor.
 pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    route!(
+        "rope",
+        [x, cos, sin],
+        Op::Rope {
+            x: x.clone(),
+            cos: cos.clone(),
+            sin: sin.clone()
+        }
+    );
     let s = x.shape();
     if s.len() < 2 {
         return Err(CoreError::shape("rope", "x must be [.., N, D]", &[s]));
     }
     let (n, d) = (s[s.len() - 2], s[s.len() - 1]);
     let cs = cos.shape();
-    if cs.len() != 2 || cs[0] < n || cs[1] > d || cs[1] % 2 != 0 || sin.shape() != cs {
+    if cs.len() != 2 || cs[0] < n || cs[1] > d || !cs[1].is_multiple_of(2) || sin.shape() != cs {
         return Err(CoreError::shape(
             "rope",
             "tables must be [>=N, R] with R even, R <= D",

@@ -1,8 +1,10 @@
 use rayon::prelude::*;
 
+use super::route;
 use super::{f32_data, require_float};
+use crate::backend::Op;
 use crate::cpu::gemm::{gemm, BSrc, WData};
-use crate::{backend::Device, cpu, threads, CoreError, Result, Tensor};
+use crate::{cpu, threads, CoreError, Result, Tensor};
 
 /// Check the shapes of a [`linear`] call (`x [.., K]`, `w [N, K]`, `b [N]`) and return
 /// `(M, K, N)` with `M` the product of `x`'s leading dimensions. Shared by every backend.
@@ -38,9 +40,15 @@ pub fn linear_dims(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<(usize,
 /// cost no extra memory; each output is `Σ_k x·w` accumulated in K order (FMA on SIMD paths)
 /// plus the bias.
 pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
-    if let Device::Backend(be) = x.device() {
-        return be.linear(x, w, b);
-    }
+    route!(
+        "linear",
+        [x, w, b],
+        Op::Linear {
+            x: x.clone(),
+            w: w.clone(),
+            b: b.cloned()
+        }
+    );
     require_float("linear", x)?;
     require_float("linear", w)?;
     let xs = x.shape();
@@ -68,6 +76,14 @@ pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
 
 /// Batched matrix product `[.., M, K] · [.., K, N] → [.., M, N]` (f32; batch dims equal).
 pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    route!(
+        "matmul",
+        [a, b],
+        Op::Matmul {
+            a: a.clone(),
+            b: b.clone()
+        }
+    );
     let (as_, bs) = (a.shape(), b.shape());
     if as_.len() < 2 || bs.len() != as_.len() || as_[..as_.len() - 2] != bs[..bs.len() - 2] {
         return Err(CoreError::shape(

@@ -7,8 +7,13 @@
 mod attention;
 mod conv;
 mod elementwise;
+mod fused;
+mod layout;
 mod linear;
 mod norm;
+mod pad;
+mod same;
+mod text;
 pub mod torch_bf16;
 
 pub use attention::{attention, attention_diff, AttnOpts, KeyMaskMode};
@@ -17,19 +22,61 @@ pub use elementwise::{
     add, add_scalar, affine, binary_map, div, embedding, gelu, gelu_tanh, glu, map, mul,
     mul_scalar, rope, rope_tables, sigmoid, silu, sin_pi, softmax_last, sub, tanh, GluAct,
 };
+pub use fused::{
+    apg_guidance, axpby, gated_residual_add, merge_heads, rms_norm_modulate, split_heads,
+};
+pub use layout::unfold;
 pub use linear::{linear, linear_dims, matmul};
 pub use norm::{dyt, layer_norm, rms_norm, RmsStyle};
+pub use pad::pad;
+pub use same::{qkv_heads, rope_table, std_last, HeadNorm};
+pub use text::{fill_masked_rows, fourier_features, FourierLayout};
 
+use crate::backend::Device;
 use crate::{CoreError, DType, Result, Tensor};
 
-/// The f32 elements of a tensor, borrowed if it is a contiguous f32 CPU tensor, copied otherwise.
+/// Send an op to the backend its operands live on, if any: `route!("name", [a, b], Op::X {..})`
+/// returns from the calling op with the backend's result. Operands are `&Tensor` or
+/// `Option<&Tensor>` expressions.
+macro_rules! route {
+    ($name:literal, [$($t:expr),* $(,)?], $op:expr) => {
+        if let Some(be) = $crate::backend::device_of(
+            $name,
+            &[$($crate::ops::IntoOperand::into_operand($t)),*],
+        )? {
+            return be.run($op);
+        }
+    };
+}
+pub(crate) use route;
+
+/// `&Tensor` or `Option<&Tensor>`, for [`route!`].
+pub(crate) trait IntoOperand<'a> {
+    fn into_operand(self) -> Option<&'a Tensor>;
+}
+impl<'a> IntoOperand<'a> for &'a Tensor {
+    fn into_operand(self) -> Option<&'a Tensor> {
+        Some(self)
+    }
+}
+impl<'a> IntoOperand<'a> for Option<&'a Tensor> {
+    fn into_operand(self) -> Option<&'a Tensor> {
+        self
+    }
+}
+
+/// The f32 elements of a CPU tensor, borrowed if it is contiguous f32, copied otherwise. A
+/// device tensor is an error: CPU kernels never download their inputs.
 pub(crate) fn f32_data(t: &Tensor) -> Result<std::borrow::Cow<'_, [f32]>> {
-    if t.dtype() == DType::F32 && t.is_contiguous() && t.device().is_cpu() {
-        Ok(std::borrow::Cow::Borrowed(t.as_slice::<f32>()?))
-    } else if t.device().is_cpu() {
-        Ok(std::borrow::Cow::Owned(t.to_vec_f32()?))
-    } else {
-        Ok(std::borrow::Cow::Owned(t.to_cpu()?.to_vec_f32()?))
+    match t.device() {
+        Device::Backend(b) => Err(CoreError::Unsupported {
+            op: "cpu kernel input",
+            backend: b.name().to_string(),
+        }),
+        Device::Cpu if t.dtype() == DType::F32 && t.is_contiguous() => {
+            Ok(std::borrow::Cow::Borrowed(t.as_slice::<f32>()?))
+        }
+        Device::Cpu => Ok(std::borrow::Cow::Owned(t.to_vec_f32()?)),
     }
 }
 

@@ -1,6 +1,7 @@
 use rayon::prelude::*;
 
-use super::f32_data;
+use super::{f32_data, route};
+use crate::backend::Op;
 use crate::cpu::{self, rows};
 use crate::{threads, CoreError, Result, Tensor};
 
@@ -32,6 +33,16 @@ fn rows(op: &'static str, x: &Tensor, w: Option<&Tensor>) -> Result<usize> {
 
 /// RMSNorm over the last dimension: `x · rsqrt(mean(x²) + eps) · w` (or `(1 + w)`), in f32.
 pub fn rms_norm(x: &Tensor, w: Option<&Tensor>, eps: f32, style: RmsStyle) -> Result<Tensor> {
+    route!(
+        "rms_norm",
+        [x, w],
+        Op::RmsNorm {
+            x: x.clone(),
+            w: w.cloned(),
+            eps,
+            style
+        }
+    );
     let d = rows("rms_norm", x, w)?;
     let mut out = f32_data(x)?.into_owned();
     let wd = w.map(f32_data).transpose()?;
@@ -61,6 +72,16 @@ pub fn rms_norm(x: &Tensor, w: Option<&Tensor>, eps: f32, style: RmsStyle) -> Re
 
 /// LayerNorm over the last dimension with optional affine weight and bias.
 pub fn layer_norm(x: &Tensor, w: Option<&Tensor>, b: Option<&Tensor>, eps: f32) -> Result<Tensor> {
+    route!(
+        "layer_norm",
+        [x, w, b],
+        Op::LayerNorm {
+            x: x.clone(),
+            w: w.cloned(),
+            b: b.cloned(),
+            eps
+        }
+    );
     let d = rows("layer_norm", x, w)?;
     rows("layer_norm", x, b)?;
     let mut out = f32_data(x)?.into_owned();
@@ -92,6 +113,16 @@ pub fn layer_norm(x: &Tensor, w: Option<&Tensor>, b: Option<&Tensor>, eps: f32) 
 
 /// Dynamic tanh over the last dimension: `γ ⊙ tanh(α·x) + β` (α a scalar).
 pub fn dyt(x: &Tensor, alpha: f32, gamma: &Tensor, beta: &Tensor) -> Result<Tensor> {
+    route!(
+        "dyt",
+        [x, gamma, beta],
+        Op::Dyt {
+            x: x.clone(),
+            alpha,
+            gamma: gamma.clone(),
+            beta: beta.clone()
+        }
+    );
     let d = rows("dyt", x, Some(gamma))?;
     rows("dyt", x, Some(beta))?;
     let mut out = vec![0f32; x.elem_count()];

@@ -21,7 +21,7 @@ use std::sync::{mpsc, Arc};
 
 use wgpu::util::DeviceExt;
 
-use crate::backend::{Backend, Device};
+use crate::backend::{Backend, Device, Op};
 use crate::storage::{CpuData, DeviceStorage, Storage};
 use crate::{contiguous_strides, CoreError, DType, Result, Tensor};
 
@@ -265,7 +265,13 @@ impl WgpuBackend {
         }
         let t = match &**t.storage() {
             Storage::Device(_) if t.is_contiguous() => t.clone(),
-            Storage::Device(_) => self.upload(&self.to_cpu(t)?.contiguous()?)?,
+            // No strided-copy kernel yet: a view must not round-trip through the host.
+            Storage::Device(_) => {
+                return Err(CoreError::Unsupported {
+                    op: "contiguous",
+                    backend: NAME.into(),
+                })
+            }
             _ => self.upload(&t.contiguous()?)?,
         };
         self.storage_of(&t)?;
@@ -336,6 +342,15 @@ impl Backend for WgpuBackend {
         .contiguous()
     }
 
+    fn run(&self, op: Op) -> Result<Tensor> {
+        match &op {
+            Op::Linear { x, w, b } => self.linear(x, w, b.as_ref()),
+            _ => Err(self.unsupported(&op)),
+        }
+    }
+}
+
+impl WgpuBackend {
     fn linear(&self, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
         let xs = x.shape();
         let (m, k, n) = crate::ops::linear_dims(x, w, b)?;

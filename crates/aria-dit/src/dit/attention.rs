@@ -1,14 +1,16 @@
 //! DiT self- and cross-attention, standard and differential, with RMS QK-norm and partial RoPE.
 //!
-//! Projections stay in `[B, N, E]` layout; one fused pass per head group (QK-norm, RoPE) writes
-//! the head-major `[B, H, N, D]` operands that [`ops::attention`] reads. Differential attention
-//! evaluates `Attn(q, k, v) − Attn(q_d, k_d, v)` ([`ops::attention_diff`]) with the same QK-norm
-//! gains for both branches and a shared `v`.
+//! Projections stay in `[B, N, E]` layout; [`ops::split_heads`] makes one fused pass per head
+//! group (QK-norm, RoPE) writing the head-major `[B, H, N, D]` operands that [`ops::attention`]
+//! reads. Differential attention evaluates `Attn(q, k, v) − Attn(q_d, k_d, v)`
+//! ([`ops::attention_diff`]) with the same QK-norm gains for both branches and a shared `v`.
 
+use aria_core::nn::{Bias, Linear};
 use aria_core::ops::{self, AttnOpts, KeyMaskMode};
-use aria_core::{Tensor, WeightLoader};
+use aria_core::{Device, Tensor, WeightLoader};
 
-use super::layers::{f32s, merge_heads, split_heads, Linear, Rope};
+use super::layers::{move_to, param, Rope, QK_NORM_EPS};
+use crate::config::QkNorm;
 use crate::Result;
 
 /// Key-padding handling of one self-attention call.
@@ -16,12 +18,39 @@ pub(crate) struct SelfMask<'a> {
     /// `[B, N]` validity (memory tokens included, always valid).
     pub(crate) key_mask: &'a Tensor,
     pub(crate) mode: KeyMaskMode,
-    /// `[B·N]` rows whose output is zeroed (true masking only).
-    pub(crate) zero_rows: Option<&'a [bool]>,
+    /// `[B, N]`: rows whose entry is zero get a zero output (true masking only).
+    pub(crate) zero_rows: Option<&'a Tensor>,
 }
 
-fn load_gamma(vb: &WeightLoader, name: &str, d: usize) -> Result<Vec<f32>> {
-    Ok(vb.get(&format!("{name}.gamma"), &[d])?.to_vec_f32()?)
+/// The `q_norm` / `k_norm` gains of an attention layer (`None` without QK-norm).
+#[derive(Debug, Clone)]
+struct QkGains {
+    q: Tensor,
+    k: Tensor,
+}
+
+impl QkGains {
+    fn load(vb: &WeightLoader, kind: QkNorm, d: usize) -> Result<Option<Self>> {
+        Ok(match kind {
+            QkNorm::None => None,
+            QkNorm::Rms => Some(QkGains {
+                q: param(vb, "q_norm.gamma", &[d])?,
+                k: param(vb, "k_norm.gamma", &[d])?,
+            }),
+        })
+    }
+
+    fn to_device(gains: &mut Option<Self>, device: &Device) -> Result<()> {
+        if let Some(g) = gains {
+            move_to(&mut g.q, device)?;
+            move_to(&mut g.k, device)?;
+        }
+        Ok(())
+    }
+}
+
+fn norm(g: Option<&Tensor>) -> Option<(&Tensor, f32)> {
+    g.map(|g| (g, QK_NORM_EPS))
 }
 
 /// `self_attn` of a block: fused `to_qkv` (3E, or 5E = q, k, v, q_diff, k_diff), `to_out`.
@@ -29,8 +58,7 @@ fn load_gamma(vb: &WeightLoader, name: &str, d: usize) -> Result<Vec<f32>> {
 pub(crate) struct SelfAttention {
     pub(crate) to_qkv: Linear,
     pub(crate) to_out: Linear,
-    q_gamma: Vec<f32>,
-    k_gamma: Vec<f32>,
+    gains: Option<QkGains>,
     heads: usize,
     head_dim: usize,
     differential: bool,
@@ -39,30 +67,25 @@ pub(crate) struct SelfAttention {
 impl SelfAttention {
     pub(crate) fn load(
         vb: &WeightLoader,
-        path: &str,
         e: usize,
         heads: usize,
+        qk_norm: QkNorm,
         differential: bool,
     ) -> Result<Self> {
         let d = e / heads.max(1);
         let chunks = if differential { 5 } else { 3 };
         Ok(SelfAttention {
-            to_qkv: Linear::load(
-                vb,
-                "to_qkv",
-                &format!("{path}.to_qkv"),
-                chunks * e,
-                e,
-                false,
-                false,
-            )?,
-            to_out: Linear::load(vb, "to_out", &format!("{path}.to_out"), e, e, false, false)?,
-            q_gamma: load_gamma(vb, "q_norm", d)?,
-            k_gamma: load_gamma(vb, "k_norm", d)?,
+            to_qkv: Linear::load(&vb.pp("to_qkv"), e, chunks * e, Bias::No)?,
+            to_out: Linear::load(&vb.pp("to_out"), e, e, Bias::No)?,
+            gains: QkGains::load(vb, qk_norm, d)?,
             heads,
             head_dim: d,
             differential,
         })
+    }
+
+    pub(crate) fn move_to_device(&mut self, device: &Device) -> Result<()> {
+        QkGains::to_device(&mut self.gains, device)
     }
 
     /// `u [B, N, E]` → `[B, N, E]`.
@@ -72,18 +95,18 @@ impl SelfAttention {
         rope: &Rope,
         mask: Option<&SelfMask<'_>>,
     ) -> Result<Tensor> {
-        let (b, n) = (u.shape()[0], u.shape()[1]);
         let (h, d) = (self.heads, self.head_dim);
         let e = h * d;
         let qkv = self.to_qkv.forward(u)?; // [B, N, (3|5)E]
-        let width = qkv.shape()[2];
-        let src = f32s(&qkv)?;
-        let heads = |col: usize, gamma: Option<&[f32]>, rope: Option<&Rope>| -> Result<Tensor> {
-            let v = split_heads(&src, width, col, h, d, n, gamma, rope);
-            Ok(Tensor::from_vec(v, &[b, h, n, d])?)
-        };
-        let q = heads(0, Some(&self.q_gamma), Some(rope))?;
-        let k = heads(e, Some(&self.k_gamma), Some(rope))?;
+        let (gq, gk) = (
+            self.gains.as_ref().map(|g| &g.q),
+            self.gains.as_ref().map(|g| &g.k),
+        );
+        let r = Some((&rope.cos, &rope.sin));
+        let heads =
+            |col: usize, g: Option<&Tensor>, r| ops::split_heads(&qkv, col, h, d, norm(g), r);
+        let q = heads(0, gq, r)?;
+        let k = heads(e, gk, r)?;
         let v = heads(2 * e, None, None)?;
         let mut opts = AttnOpts::new(1.0 / (d as f32).sqrt());
         if let Some(m) = mask {
@@ -91,19 +114,19 @@ impl SelfAttention {
             opts.mask_mode = m.mode;
         }
         let a = if self.differential {
-            let qd = heads(3 * e, Some(&self.q_gamma), Some(rope))?;
-            let kd = heads(4 * e, Some(&self.k_gamma), Some(rope))?;
+            let qd = heads(3 * e, gq, r)?;
+            let kd = heads(4 * e, gk, r)?;
             ops::attention_diff(&q, &k, &qd, &kd, &v, &opts)?
         } else {
             ops::attention(&q, &k, &v, &opts)?
         };
-        let merged = merge_heads(&f32s(&a)?, None, b, h, n, d, mask.and_then(|m| m.zero_rows));
-        self.to_out.forward(&Tensor::from_vec(merged, &[b, n, e])?)
+        let merged = ops::merge_heads(&a, mask.and_then(|m| m.zero_rows))?;
+        Ok(self.to_out.forward(&merged)?)
     }
 }
 
 /// Keys and values of one cross-attention layer for a given context, computed once per
-/// generation: `k` (and `k_diff`) normalised, all `[B, H, Nc, D]` views.
+/// generation: `k` (and `k_diff`) normalised, all `[B, H, Nc, D]`.
 #[derive(Debug, Clone)]
 pub(crate) struct CrossKv {
     k: Tensor,
@@ -118,8 +141,7 @@ pub(crate) struct CrossAttention {
     pub(crate) to_q: Linear,
     pub(crate) to_kv: Linear,
     pub(crate) to_out: Linear,
-    q_gamma: Vec<f32>,
-    k_gamma: Vec<f32>,
+    gains: Option<QkGains>,
     heads: usize,
     head_dim: usize,
     differential: bool,
@@ -128,48 +150,39 @@ pub(crate) struct CrossAttention {
 impl CrossAttention {
     pub(crate) fn load(
         vb: &WeightLoader,
-        path: &str,
         e: usize,
         heads: usize,
+        qk_norm: QkNorm,
         differential: bool,
     ) -> Result<Self> {
         let d = e / heads.max(1);
         let (qc, kvc) = if differential { (2, 3) } else { (1, 2) };
         Ok(CrossAttention {
-            to_q: Linear::load(vb, "to_q", &format!("{path}.to_q"), qc * e, e, false, false)?,
-            to_kv: Linear::load(
-                vb,
-                "to_kv",
-                &format!("{path}.to_kv"),
-                kvc * e,
-                e,
-                false,
-                false,
-            )?,
-            to_out: Linear::load(vb, "to_out", &format!("{path}.to_out"), e, e, false, false)?,
-            q_gamma: load_gamma(vb, "q_norm", d)?,
-            k_gamma: load_gamma(vb, "k_norm", d)?,
+            to_q: Linear::load(&vb.pp("to_q"), e, qc * e, Bias::No)?,
+            to_kv: Linear::load(&vb.pp("to_kv"), e, kvc * e, Bias::No)?,
+            to_out: Linear::load(&vb.pp("to_out"), e, e, Bias::No)?,
+            gains: QkGains::load(vb, qk_norm, d)?,
             heads,
             head_dim: d,
             differential,
         })
     }
 
+    pub(crate) fn move_to_device(&mut self, device: &Device) -> Result<()> {
+        QkGains::to_device(&mut self.gains, device)
+    }
+
     /// Keys/values for the projected context `c [B, Nc, E]`.
     pub(crate) fn prepare(&self, c: &Tensor) -> Result<CrossKv> {
-        let (b, nc) = (c.shape()[0], c.shape()[1]);
         let (h, d) = (self.heads, self.head_dim);
         let e = h * d;
         let kv = self.to_kv.forward(c)?;
-        let width = kv.shape()[2];
-        let src = f32s(&kv)?;
-        let heads = |col: usize, gamma: Option<&[f32]>| -> Result<Tensor> {
-            let v = split_heads(&src, width, col, h, d, nc, gamma, None);
-            Ok(Tensor::from_vec(v, &[b, h, nc, d])?)
-        };
-        let k = heads(0, Some(&self.k_gamma))?;
+        let gk = self.gains.as_ref().map(|g| &g.k);
+        let heads =
+            |col: usize, g: Option<&Tensor>| ops::split_heads(&kv, col, h, d, norm(g), None);
+        let k = heads(0, gk)?;
         let (k_diff, v_col) = if self.differential {
-            (Some(heads(e, Some(&self.k_gamma))?), 2 * e)
+            (Some(heads(e, gk)?), 2 * e)
         } else {
             (None, e)
         };
@@ -179,16 +192,11 @@ impl CrossAttention {
 
     /// `u [B, N, E]` attending to prepared keys/values → `[B, N, E]`.
     pub(crate) fn forward(&self, u: &Tensor, kv: &CrossKv) -> Result<Tensor> {
-        let (b, n) = (u.shape()[0], u.shape()[1]);
         let (h, d) = (self.heads, self.head_dim);
         let e = h * d;
         let q = self.to_q.forward(u)?;
-        let width = q.shape()[2];
-        let src = f32s(&q)?;
-        let heads = |col: usize| -> Result<Tensor> {
-            let v = split_heads(&src, width, col, h, d, n, Some(&self.q_gamma), None);
-            Ok(Tensor::from_vec(v, &[b, h, n, d])?)
-        };
+        let gq = self.gains.as_ref().map(|g| &g.q);
+        let heads = |col: usize| ops::split_heads(&q, col, h, d, norm(gq), None);
         let opts = AttnOpts::new(1.0 / (d as f32).sqrt());
         let a = match (&kv.k_diff, self.differential) {
             (Some(kd), true) => {
@@ -196,7 +204,7 @@ impl CrossAttention {
             }
             _ => ops::attention(&heads(0)?, &kv.k, &kv.v, &opts)?,
         };
-        let merged = merge_heads(&f32s(&a)?, None, b, h, n, d, None);
-        self.to_out.forward(&Tensor::from_vec(merged, &[b, n, e])?)
+        let merged = ops::merge_heads(&a, None)?;
+        Ok(self.to_out.forward(&merged)?)
     }
 }

@@ -26,17 +26,18 @@ mod features;
 mod layers;
 
 use aria_core::hooks::{run_hook, ActivationHook, HookContext, HookSite};
+use aria_core::nn::{Bias, Linear};
 use aria_core::ops::{self, KeyMaskMode};
-use aria_core::{Tensor, WeightLoader};
+use aria_core::{DType, Device, Tensor, WeightLoader};
 
-use crate::config::DitConfig;
+use crate::config::{DitConfig, GlobalCondType};
 use crate::{DitError, Result};
 
 use attention::{CrossKv, SelfMask};
-use block::{Block, BlockInputs};
+use block::{Block, BlockDims, BlockInputs};
 pub use features::{linspace_f32_fma, timestep_features};
-pub use layers::Linear;
-use layers::{f32s, transpose_last2, Mlp, Rope};
+pub(crate) use layers::on_device;
+use layers::{move_to, param, Mlp, Rope};
 
 /// Conditioning inputs of the DiT (as built by the conditioners, see the spec §4.2).
 #[derive(Debug, Clone, Copy)]
@@ -98,9 +99,17 @@ pub struct DitOutput {
 }
 
 /// The diffusion transformer (`model.model.*` of an SA3 checkpoint).
+///
+/// Every weight matrix is an [`aria_core::nn::Linear`] named by its full checkpoint key;
+/// [`Dit::module_path`] gives the path relative to the DiT root that LoRA files use (after
+/// `model.`). [`Dit::to_device`] moves every weight and parameter to a device backend; the
+/// forward pass is then tensor code on that device (no host round trip).
 #[derive(Debug, Clone)]
 pub struct Dit {
     cfg: DitConfig,
+    /// The loader prefix the DiT was loaded from (`model.model` in a full checkpoint).
+    root: String,
+    device: Device,
     to_timestep_embed: Mlp,
     to_cond_embed: Mlp,
     to_global_embed: Mlp,
@@ -108,8 +117,10 @@ pub struct Dit {
     postprocess_conv: Linear,
     project_in: Linear,
     project_out: Linear,
+    /// `[R/2]` rotary inverse frequencies.
     inv_freq: Tensor,
-    memory: Vec<f32>,
+    /// `[1, M, E]` memory tokens (`None` without memory tokens).
+    memory: Option<Tensor>,
     global_cond_embedder: Mlp,
     blocks: Vec<Block>,
     pub(crate) version: u64,
@@ -124,13 +135,10 @@ fn input_err(what: &str, reason: String) -> DitError {
 
 impl Dit {
     /// Load from `vb` positioned at the DiT root (`loader.pp("model.model")` for a full SA3
-    /// checkpoint); key names are those of the official file.
+    /// checkpoint); key names are those of the official file. The model starts on the CPU.
     pub fn load(cfg: &DitConfig, vb: &WeightLoader) -> Result<Self> {
-        if cfg.global_cond_type != "adaLN" {
-            return Err(input_err(
-                "DitConfig.global_cond_type",
-                format!("`{}` is not supported (adaLN only)", cfg.global_cond_type),
-            ));
+        match cfg.global_cond_type {
+            GlobalCondType::AdaLn => {}
         }
         if cfg.patch_size != 1 {
             return Err(input_err(
@@ -139,28 +147,18 @@ impl Dit {
             ));
         }
         let e = cfg.embed_dim;
-        if cfg.num_heads == 0 || e % cfg.num_heads != 0 {
+        if cfg.num_heads == 0 || !e.is_multiple_of(cfg.num_heads) {
             return Err(input_err(
                 "DitConfig.num_heads",
                 format!("{} does not divide embed_dim {e}", cfg.num_heads),
             ));
         }
-        if let Some(q) = &cfg.attn_kwargs.qk_norm {
-            if q != "rms" {
-                return Err(input_err(
-                    "DitConfig.attn_kwargs.qk_norm",
-                    format!("`{q}` is not supported (rms only)"),
-                ));
-            }
-        }
         let io = cfg.io_channels;
         let tr = vb.pp("transformer");
-        let conv = |name: &str| Linear::load(vb, name, name, io, io, false, true);
-        let lin = |vb: &WeightLoader, name: &str, path: &str, o: usize, i: usize| {
-            Linear::load(vb, name, path, o, i, false, false)
-        };
         let d = cfg.head_dim();
-        let inv_freq = tr.get_any("rotary_pos_emb.inv_freq")?;
+        let inv_freq = tr
+            .get_any("rotary_pos_emb.inv_freq")?
+            .to_dtype(DType::F32)?;
         let rot = 2 * inv_freq.elem_count();
         if inv_freq.rank() != 1 || rot > d || rot % 2 != 0 {
             return Err(input_err(
@@ -170,70 +168,44 @@ impl Dit {
         }
         let m = cfg.num_memory_tokens;
         let memory = if m > 0 {
-            tr.get("memory_tokens", &[m, e])?.to_vec_f32()?
+            Some(param(&tr, "memory_tokens", &[m, e])?.reshape(&[1, m, e])?)
         } else {
-            Vec::new()
+            None
         };
-        let ff_inner = cfg.ff_kwargs.mult * e;
+        let dims = BlockDims {
+            e,
+            heads: cfg.num_heads,
+            ff_inner: cfg.ff_kwargs.mult * e,
+            local_dim: cfg.local_add_cond_dim,
+            qk_norm: cfg.attn_kwargs.qk_norm,
+            differential: cfg.attn_kwargs.differential,
+        };
         let blocks = (0..cfg.depth)
-            .map(|i| {
-                let path = format!("transformer.layers.{i}");
-                Block::load(
-                    &tr.pp(format!("layers.{i}")),
-                    &path,
-                    e,
-                    cfg.num_heads,
-                    ff_inner,
-                    cfg.local_add_cond_dim,
-                    cfg.attn_kwargs.differential,
-                )
-            })
+            .map(|i| Block::load(&tr.pp(format!("layers.{i}")), &dims))
             .collect::<Result<Vec<_>>>()?;
-        let global_cond_embedder = Mlp::load(
-            &tr,
-            "global_cond_embedder",
-            "transformer.global_cond_embedder",
-            e,
-            e,
-            6 * e,
-            true,
-        )?;
+        let mlp = |name: &str, vb: &WeightLoader, i: usize, o: usize, bias: Bias| {
+            Mlp::load(&vb.pp(name), i, e, o, bias)
+        };
         Ok(Dit {
             cfg: cfg.clone(),
-            to_timestep_embed: Mlp::load(
+            root: vb.prefix().to_string(),
+            device: Device::Cpu,
+            to_timestep_embed: mlp(
+                "to_timestep_embed",
                 vb,
-                "to_timestep_embed",
-                "to_timestep_embed",
                 cfg.timestep_features_dim,
                 e,
-                e,
-                true,
+                Bias::Yes,
             )?,
-            to_cond_embed: Mlp::load(
-                vb,
-                "to_cond_embed",
-                "to_cond_embed",
-                cfg.cond_token_dim,
-                e,
-                e,
-                false,
-            )?,
-            to_global_embed: Mlp::load(
-                vb,
-                "to_global_embed",
-                "to_global_embed",
-                cfg.global_cond_dim,
-                e,
-                e,
-                false,
-            )?,
-            preprocess_conv: conv("preprocess_conv")?,
-            postprocess_conv: conv("postprocess_conv")?,
-            project_in: lin(&tr, "project_in", "transformer.project_in", e, io)?,
-            project_out: lin(&tr, "project_out", "transformer.project_out", io, e)?,
+            to_cond_embed: mlp("to_cond_embed", vb, cfg.cond_token_dim, e, Bias::No)?,
+            to_global_embed: mlp("to_global_embed", vb, cfg.global_cond_dim, e, Bias::No)?,
+            preprocess_conv: Linear::load_conv1x1(&vb.pp("preprocess_conv"), io, io, Bias::No)?,
+            postprocess_conv: Linear::load_conv1x1(&vb.pp("postprocess_conv"), io, io, Bias::No)?,
+            project_in: Linear::load(&tr.pp("project_in"), io, e, Bias::No)?,
+            project_out: Linear::load(&tr.pp("project_out"), e, io, Bias::No)?,
             inv_freq,
             memory,
-            global_cond_embedder,
+            global_cond_embedder: mlp("global_cond_embedder", &tr, e, 6 * e, Bias::Yes)?,
             blocks,
             version: 0,
         })
@@ -242,6 +214,48 @@ impl Dit {
     /// The configuration the model was built with.
     pub fn config(&self) -> &DitConfig {
         &self.cfg
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Move every weight and parameter to `device` (adapters stay applied). Contexts prepared
+    /// before are refused afterwards ([`Dit::prepare`] again on inputs on that device).
+    pub fn to_device(&mut self, device: &Device) -> Result<()> {
+        for l in self.linears_mut() {
+            l.to_device(device)?;
+        }
+        move_to(&mut self.inv_freq, device)?;
+        if let Some(m) = &mut self.memory {
+            move_to(m, device)?;
+        }
+        for b in &mut self.blocks {
+            b.move_to_device(device)?;
+        }
+        self.device = device.clone();
+        self.mark_weights_changed();
+        Ok(())
+    }
+
+    /// The module path of one of this model's layers relative to the DiT root (e.g.
+    /// `transformer.layers.0.self_attn.to_qkv`; LoRA files name it `model.<path>`).
+    pub fn module_path<'a>(&self, layer: &'a Linear) -> &'a str {
+        let name = layer.name();
+        if self.root.is_empty() {
+            return name;
+        }
+        name.strip_prefix(self.root.as_str())
+            .and_then(|r| r.strip_prefix('.'))
+            .unwrap_or(name)
+    }
+
+    /// The layer at module path `path` (see [`Dit::module_path`]).
+    pub fn linear(&self, path: &str) -> Option<&Linear> {
+        self.linears()
+            .into_iter()
+            .find(|l| self.module_path(l) == path)
     }
 
     /// Every linear / kernel-1 convolution layer, in checkpoint order of appearance.
@@ -277,8 +291,9 @@ impl Dit {
         v
     }
 
-    /// Mutable access to every linear layer (see [`Dit::linears`]). Changing weights invalidates
-    /// contexts prepared before: call [`Dit::mark_weights_changed`] afterwards.
+    /// Mutable access to every linear layer (see [`Dit::linears`]). Changing weights or
+    /// adapters invalidates contexts prepared before: call [`Dit::mark_weights_changed`]
+    /// afterwards.
     pub fn linears_mut(&mut self) -> Vec<&mut Linear> {
         let mut v: Vec<&mut Linear> = vec![
             &mut self.to_timestep_embed.l0,
@@ -317,7 +332,8 @@ impl Dit {
 
     /// Compute the conditioning-dependent state once: the text-conditioning hook
     /// ([`HookSite::TextConditioning`]), the projected context and every layer's cross-attention
-    /// keys/values, the projected global condition and every layer's local embedding.
+    /// keys/values, the projected global condition and every layer's local embedding. The
+    /// inputs must live on the model's device.
     pub fn prepare(
         &self,
         cond: &DitConditioning<'_>,
@@ -375,8 +391,8 @@ impl Dit {
                         ),
                     ));
                 }
-                let t = ls[2];
-                let lt = Tensor::from_vec(transpose_last2(&f32s(l)?, b, ls[1], t), &[b, t, ls[1]])?;
+                // [B, Dl, T] → [B, T, Dl]
+                let lt = l.to_dtype(DType::F32)?.transpose(1, 2)?.contiguous()?;
                 let per_layer = self
                     .blocks
                     .iter()
@@ -386,7 +402,7 @@ impl Dit {
                         })
                     })
                     .collect::<Result<Vec<_>>>()?;
-                Some((t, per_layer))
+                Some((ls[2], per_layer))
             }
             _ => None,
         };
@@ -400,7 +416,8 @@ impl Dit {
     }
 
     /// One evaluation with a prepared context: `x [B, C, T]`, `t` (one value per batch row),
-    /// `padding_mask [B, T]` (non-zero = valid).
+    /// `padding_mask [B, T]` (non-zero = valid). Inputs live on the model's device; the output
+    /// does too.
     pub fn forward_ctx(
         &self,
         x: &Tensor,
@@ -420,11 +437,7 @@ impl Dit {
         padding_mask: Option<&Tensor>,
         opts: &ForwardOptions<'_>,
     ) -> Result<DitOutput> {
-        let (io, e, m) = (
-            self.cfg.io_channels,
-            self.cfg.embed_dim,
-            self.cfg.num_memory_tokens,
-        );
+        let (io, m) = (self.cfg.io_channels, self.cfg.num_memory_tokens);
         let xs = x.shape();
         if xs.len() != 3 || xs[1] != io {
             return Err(input_err(
@@ -436,7 +449,7 @@ impl Dit {
         if ctx.version != self.version {
             return Err(input_err(
                 "DitContext",
-                "prepared before the weights changed (LoRA); prepare it again".into(),
+                "prepared before the weights changed (LoRA, device); prepare it again".into(),
             ));
         }
         if ctx.batch != b || t.len() != b {
@@ -459,35 +472,41 @@ impl Dit {
         }
         let n = m + tl;
 
-        // adaLN vector from global condition + timestep embedding.
+        // adaLN vector from global condition + timestep embedding (the features are computed
+        // on the host from the noise levels and copied to the model's device).
         let tau = features::timestep_features(t, self.cfg.timestep_features_dim)?;
-        let temb = self.to_timestep_embed.forward(&tau)?;
+        let temb = self
+            .to_timestep_embed
+            .forward(&on_device(&tau, &self.device)?)?;
         let gsum = ops::add(&ctx.global, &temb)?;
         let ada = self.global_cond_embedder.forward(&gsum)?;
-        let ada = f32s(&ada)?;
 
         // Pre-conv residual, project in, prepend memory tokens.
-        let xt = Tensor::from_vec(transpose_last2(&f32s(x)?, b, io, tl), &[b, tl, io])?;
+        let xt = x.to_dtype(DType::F32)?.transpose(1, 2)?.contiguous()?; // [B, T, C]
         let pre = self.preprocess_conv.forward(&xt)?;
         let x1 = ops::add(&pre, &xt)?;
         let h0 = self.project_in.forward(&x1)?;
-        let h0 = f32s(&h0)?;
-        let mut h = vec![0f32; b * n * e];
-        for bi in 0..b {
-            let dst = &mut h[bi * n * e..(bi + 1) * n * e];
-            dst[..m * e].copy_from_slice(&self.memory);
-            dst[m * e..].copy_from_slice(&h0[bi * tl * e..(bi + 1) * tl * e]);
-        }
-
-        let (cos, sin) = ops::rope_tables(&self.inv_freq, n)?;
-        let rope = Rope {
-            cos: cos.to_vec_f32()?,
-            sin: sin.to_vec_f32()?,
-            r: cos.shape()[1],
+        let mut h = match &self.memory {
+            Some(mem) => {
+                let mems = vec![mem; b];
+                let mem_b = if b == 1 {
+                    mem.clone()
+                } else {
+                    Tensor::cat(&mems, 0)?
+                };
+                Tensor::cat(&[&mem_b, &h0], 1)?
+            }
+            None => h0,
         };
 
-        // Extended padding mask (memory tokens valid).
-        let ext = match padding_mask {
+        let table = ops::rope_table(&self.inv_freq, 0, n)?;
+        let rope = Rope {
+            cos: table.get(0)?,
+            sin: table.get(1)?,
+        };
+
+        // Extended padding mask `[B, M + T]` (memory tokens valid).
+        let key_mask = match padding_mask {
             Some(pm) => {
                 if pm.shape() != [b, tl] {
                     return Err(input_err(
@@ -495,34 +514,24 @@ impl Dit {
                         format!("shape {:?}, expected [{b}, {tl}]", pm.shape()),
                     ));
                 }
-                let pv = pm.to_vec_f32()?;
-                let mut valid = vec![true; b * n];
-                for bi in 0..b {
-                    for i in 0..tl {
-                        valid[bi * n + m + i] = pv[bi * tl + i] != 0.0;
-                    }
-                }
-                Some(valid)
+                let pm = pm.to_dtype(DType::F32)?;
+                Some(if m > 0 {
+                    let ones = on_device(&Tensor::full(&[b, m], 1.0), &self.device)?;
+                    Tensor::cat(&[&ones, &pm], 1)?
+                } else {
+                    pm
+                })
             }
             None => None,
         };
-        let key_mask = ext
+        // True masking: padded rows get zero self-attention and feed-forward outputs.
+        let invalid = key_mask
             .as_ref()
-            .map(|v| {
-                Tensor::from_vec(
-                    v.iter().map(|&x| if x { 1f32 } else { 0.0 }).collect(),
-                    &[b, n],
-                )
-            })
-            .transpose()?;
-        let invalid: Option<Vec<bool>> = match (&ext, opts.mask_mode) {
-            (Some(v), KeyMaskMode::Exclude) => Some(v.iter().map(|x| !x).collect()),
-            _ => None,
-        };
+            .filter(|_| opts.mask_mode == KeyMaskMode::Exclude);
         let self_mask = key_mask.as_ref().map(|km| SelfMask {
             key_mask: km,
             mode: opts.mask_mode,
-            zero_rows: invalid.as_deref(),
+            zero_rows: invalid,
         });
 
         let mut hidden = Vec::new();
@@ -532,13 +541,10 @@ impl Dit {
                 rope: &rope,
                 mask: self_mask.as_ref(),
                 cross: &ctx.cross[i],
-                local: match &ctx.local {
-                    Some((_, l)) => Some(l[i].as_slice::<f32>()?),
-                    None => None,
-                },
-                skip_rows: invalid.as_deref(),
+                local: ctx.local.as_ref().map(|(_, l)| &l[i]),
+                skip_rows: invalid,
             };
-            block.forward(&mut h, b, n, &inputs)?;
+            h = block.forward(&h, &inputs)?;
             if let Some(hk) = opts.hook.filter(|hk| hk.wants(HookSite::Residual(i))) {
                 let hctx = HookContext {
                     site: HookSite::Residual(i),
@@ -548,36 +554,25 @@ impl Dit {
                     token_mask: key_mask.as_ref(),
                     guidance_rows: opts.guidance_rows,
                 };
-                let ht = run_hook(
-                    Some(hk),
-                    &hctx,
-                    Tensor::from_vec(std::mem::take(&mut h), &[b, n, e])?,
-                )?;
-                h = ht.to_vec_f32()?;
+                h = run_hook(Some(hk), &hctx, h)?;
             }
             if opts.collect_hidden {
-                hidden.push(Tensor::from_vec(h.clone(), &[b, n, e])?);
+                hidden.push(h.clone());
             }
         }
 
         // Drop memory tokens, project out, post-conv residual, back to [B, C, T].
-        let mut ht = vec![0f32; b * tl * e];
-        for bi in 0..b {
-            ht[bi * tl * e..(bi + 1) * tl * e]
-                .copy_from_slice(&h[(bi * n + m) * e..(bi + 1) * n * e]);
-        }
-        let y = self
-            .project_out
-            .forward(&Tensor::from_vec(ht, &[b, tl, e])?)?;
+        let y = self.project_out.forward(&h.narrow(1, m, tl)?)?;
         let post = self.postprocess_conv.forward(&y)?;
         let out = ops::add(&post, &y)?;
-        let v = Tensor::from_vec(transpose_last2(&f32s(&out)?, b, tl, io), &[b, io, tl])?;
+        let v = out.transpose(1, 2)?.contiguous()?;
         Ok(DitOutput { v, hidden })
     }
 
     /// One evaluation from raw inputs (prepares the context, then runs [`Dit::forward_ctx`] with
     /// default options): `x [B, C, T]`, `t [B]`, `cross_attn_cond [B, Nc, Dc]`, `global_cond
-    /// [B, Dg]`, `local_add_cond [B, Dl, T]`, `padding_mask [B, T]` → `v [B, C, T]`.
+    /// [B, Dg]`, `local_add_cond [B, Dl, T]`, `padding_mask [B, T]` → `v [B, C, T]`. `t` is read
+    /// on the host (a device `t` is downloaded).
     pub fn forward(
         &self,
         x: &Tensor,

@@ -1,5 +1,7 @@
-//! Classifier-free guidance and APG (spec §6.4), as a pure function of the two velocity
-//! estimates. Computed in f32 with f64 reductions.
+//! Classifier-free guidance and APG (spec §6.4), as a function of the two velocity estimates:
+//! one op of the set ([`ops::apg_guidance`]), computed in f32 with f64 reductions.
+
+use aria_core::{ops, Tensor};
 
 use crate::{DitError, Result};
 
@@ -35,117 +37,58 @@ impl Guidance {
     }
 }
 
-/// Guided velocity from `x`, the conditional and unconditional velocities (all `[B, C, T]`
-/// row-major), per-item `sigma`, and an optional `[B, T]` validity mask:
+/// Guided velocity from `x`, the conditional and unconditional velocities (all `[B, C, T]`),
+/// per-item `sigma`, and an optional `[B, T]` validity mask (non-zero = valid):
 /// `d_c = x − σ v_c`, `d_u = x − σ v_u`, `Δ = d_c − d_u` (optionally norm-clamped), APG
 /// projection of `Δ` orthogonal to `d_c` (masked form when a mask is given), `d = d_c +
-/// (cfg − 1)·Δ_used`, returned as `v = (x − d)/σ`.
-#[allow(clippy::too_many_arguments)]
+/// (cfg − 1)·Δ_used`, returned as `v = (x − d)/σ`. The result lives on `x`'s device.
 pub fn guided_velocity(
-    x: &[f32],
-    v_c: &[f32],
-    v_u: &[f32],
+    x: &Tensor,
+    v_c: &Tensor,
+    v_u: &Tensor,
     sigma: &[f32],
-    shape: [usize; 3],
-    mask: Option<&[bool]>,
+    mask: Option<&Tensor>,
     g: &Guidance,
-) -> Result<Vec<f32>> {
-    let [b, c, t] = shape;
-    let n = b * c * t;
-    if x.len() != n
-        || v_c.len() != n
-        || v_u.len() != n
-        || sigma.len() != b
-        || mask.is_some_and(|m| m.len() != b * t)
-    {
+) -> Result<Tensor> {
+    let s = x.shape();
+    let ok = s.len() == 3
+        && v_c.shape() == s
+        && v_u.shape() == s
+        && sigma.len() == s[0]
+        && mask.is_none_or(|m| m.shape() == [s[0], s[2]]);
+    if !ok {
         return Err(DitError::Input {
             what: "guided_velocity".into(),
-            reason: format!("inputs do not match [B, C, T] = {shape:?}"),
+            reason: format!(
+                "x {s:?}, v_c {:?}, v_u {:?}, {} sigmas, mask {:?}: expected [B, C, T] ×3, B \
+                 sigmas, mask [B, T]",
+                v_c.shape(),
+                v_u.shape(),
+                sigma.len(),
+                mask.map(|m| m.shape().to_vec())
+            ),
         });
     }
-    let mut out = vec![0f32; n];
-    let per = c * t;
-    for bi in 0..b {
-        let s = sigma[bi];
-        let r = bi * per..(bi + 1) * per;
-        let xs = &x[r.clone()];
-        let dc: Vec<f32> = xs
-            .iter()
-            .zip(&v_c[r.clone()])
-            .map(|(x, v)| x - v * s)
-            .collect();
-        let du: Vec<f32> = xs
-            .iter()
-            .zip(&v_u[r.clone()])
-            .map(|(x, v)| x - v * s)
-            .collect();
-        let mut diff: Vec<f32> = dc.iter().zip(&du).map(|(a, b)| a - b).collect();
-        let m: Vec<f32> = match mask {
-            Some(m) => (0..per)
-                .map(|i| if m[bi * t + i % t] { 1.0 } else { 0.0 })
-                .collect(),
-            None => vec![1.0; per],
-        };
-        if g.cfg_norm_threshold > 0.0 {
-            let norm = diff
-                .iter()
-                .zip(&m)
-                .map(|(d, m)| ((d * m) as f64).powi(2))
-                .sum::<f64>()
-                .sqrt() as f32;
-            let f = (g.cfg_norm_threshold / norm).min(1.0);
-            diff.iter_mut().for_each(|d| *d *= f);
-        }
-        let cfg_diff: Vec<f32> = if g.apg_scale == 0.0 {
-            diff
-        } else {
-            let orth: Vec<f32> = if mask.is_some() {
-                let v1m: Vec<f32> = dc.iter().zip(&m).map(|(a, m)| a * m).collect();
-                let norm =
-                    (v1m.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt() as f32).max(1e-8);
-                let v1n: Vec<f32> = v1m.iter().map(|v| v / norm).collect();
-                let dot = diff
-                    .iter()
-                    .zip(&v1n)
-                    .map(|(a, b)| (a * b) as f64)
-                    .sum::<f64>() as f32;
-                diff.iter()
-                    .zip(&v1n)
-                    .zip(&m)
-                    .map(|((d, u), m)| (d - dot * u) * m)
-                    .collect()
-            } else {
-                let norm =
-                    (dc.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt() as f32).max(1e-12);
-                let v1n: Vec<f32> = dc.iter().map(|v| v / norm).collect();
-                let dot = diff
-                    .iter()
-                    .zip(&v1n)
-                    .map(|(a, b)| (a * b) as f64)
-                    .sum::<f64>() as f32;
-                diff.iter().zip(&v1n).map(|(d, u)| d - dot * u).collect()
-            };
-            if g.apg_scale == 1.0 {
-                orth
-            } else {
-                orth.iter()
-                    .zip(&diff)
-                    .map(|(o, d)| g.apg_scale * o + (1.0 - g.apg_scale) * d)
-                    .collect()
-            }
-        };
-        let o = &mut out[r];
-        for i in 0..per {
-            let d = dc[i] + (g.cfg_scale - 1.0) * cfg_diff[i];
-            o[i] = (xs[i] - d) / s;
-        }
-    }
-    Ok(out)
+    Ok(ops::apg_guidance(
+        x,
+        v_c,
+        v_u,
+        sigma,
+        mask,
+        g.cfg_scale,
+        g.apg_scale,
+        g.cfg_norm_threshold,
+    )?)
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+
+    fn t(v: &[f32]) -> Tensor {
+        Tensor::from_slice(v, &[1, 1, v.len()]).unwrap()
+    }
 
     #[test]
     fn vanilla_cfg_formula() {
@@ -155,14 +98,15 @@ mod tests {
             ..Default::default()
         };
         let v = guided_velocity(
-            &[1.0, 2.0],
-            &[0.5, 0.5],
-            &[0.1, 0.9],
+            &t(&[1.0, 2.0]),
+            &t(&[0.5, 0.5]),
+            &t(&[0.1, 0.9]),
             &[0.5],
-            [1, 1, 2],
             None,
             &g,
         )
+        .unwrap()
+        .to_vec_f32()
         .unwrap();
         // v = v_u + cfg (v_c − v_u).
         assert!((v[0] - (0.1 + 3.0 * 0.4)).abs() < 1e-6);
@@ -170,28 +114,26 @@ mod tests {
     }
 
     #[test]
-    fn apg_removes_parallel_component() {
+    fn apg_removes_parallel_component_and_shapes_are_checked() {
         // Δ parallel to d_c → no guidance beyond d_c.
-        let x = [1.0f32, 1.0];
-        let vc = [0.0f32, 0.0]; // d_c = x
-        let vu = [1.0f32, 1.0]; // d_u = x − σ = 0.5·x at σ 0.5 → Δ ∥ d_c
+        let (x, vc) = (t(&[1.0, 1.0]), t(&[0.0, 0.0]));
         let g = Guidance {
             cfg_scale: 5.0,
             ..Default::default()
         };
-        let v = guided_velocity(&x, &vc, &vu, &[0.5], [1, 1, 2], None, &g).unwrap();
+        let v = guided_velocity(&x, &vc, &t(&[1.0, 1.0]), &[0.5], None, &g)
+            .unwrap()
+            .to_vec_f32()
+            .unwrap();
         assert!(v.iter().all(|v| v.abs() < 1e-6), "{v:?}");
         // Masked form zeroes padded positions of the guidance term.
-        let v = guided_velocity(
-            &x,
-            &vc,
-            &[1.0, 0.0],
-            &[0.5],
-            [1, 1, 2],
-            Some(&[true, false]),
-            &g,
-        )
-        .unwrap();
+        let m = Tensor::from_vec(vec![1u8, 0], &[1, 2]).unwrap();
+        let v = guided_velocity(&x, &vc, &t(&[1.0, 0.0]), &[0.5], Some(&m), &g)
+            .unwrap()
+            .to_vec_f32()
+            .unwrap();
         assert!(v[1].abs() < 1e-6);
+        assert!(guided_velocity(&x, &vc, &t(&[1.0]), &[0.5], None, &g).is_err());
+        assert!(guided_velocity(&x, &vc, &vc, &[0.5, 0.5], None, &g).is_err());
     }
 }

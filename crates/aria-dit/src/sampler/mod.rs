@@ -17,14 +17,15 @@ mod schedule;
 
 pub use guidance::{guided_velocity, Guidance};
 pub use lengths::{padding_mask_from_lengths, LengthParams};
-pub use noise::{GaussianNoise, NoiseSource, ReplayNoise};
+pub use noise::{NoiseSource, ReplayNoise, SeededNoise, TorchNoise};
 pub use schedule::{Schedule, Shift};
 
 use aria_core::hooks::{run_hook, ActivationHook, HookContext, HookSite};
-use aria_core::ops::KeyMaskMode;
-use aria_core::Tensor;
+use aria_core::ops::{self, KeyMaskMode};
+use aria_core::{DType, Tensor};
 
-use crate::dit::{Dit, DitConditioning, DitContext, ForwardOptions};
+use crate::config::Objective;
+use crate::dit::{on_device, Dit, DitConditioning, DitContext, ForwardOptions};
 use crate::{DitError, Result};
 
 /// The sampler algorithm.
@@ -37,15 +38,37 @@ pub enum SamplerKind {
 }
 
 impl SamplerKind {
+    /// The names [`SamplerKind::parse`] accepts.
+    pub const ALLOWED: &'static [&'static str] = &["pingpong", "euler"];
+
     /// The reference's default for a `diffusion_objective`.
-    pub fn default_for(objective: &str) -> Result<Self> {
+    pub fn default_for(objective: Objective) -> Self {
         match objective {
-            "rf_denoiser" => Ok(SamplerKind::PingPong),
-            "rectified_flow" => Ok(SamplerKind::Euler),
-            o => Err(DitError::Input {
-                what: "diffusion_objective".into(),
-                reason: format!("`{o}` is not supported"),
+            Objective::RfDenoiser => SamplerKind::PingPong,
+            Objective::RectifiedFlow => SamplerKind::Euler,
+        }
+    }
+
+    /// The sampler named `name` (`pingpong`, `euler`); the error names the allowed values.
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "pingpong" => Ok(SamplerKind::PingPong),
+            "euler" => Ok(SamplerKind::Euler),
+            other => Err(DitError::Input {
+                what: "sampler".into(),
+                reason: format!(
+                    "`{other}` is not a sampler (allowed: {})",
+                    Self::ALLOWED.join(", ")
+                ),
             }),
+        }
+    }
+
+    /// The name as [`SamplerKind::parse`] reads it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SamplerKind::PingPong => "pingpong",
+            SamplerKind::Euler => "euler",
         }
     }
 }
@@ -91,17 +114,13 @@ pub struct SampleOptions<'a> {
     pub callback: Option<&'a mut dyn FnMut(&StepInfo<'_>) -> StepControl>,
 }
 
-fn axpby(a: &[f32], x: &[f32], b: &[f32], y: &[f32], per: usize) -> Vec<f32> {
-    // out = a[item]·x + b[item]·y
-    x.iter()
-        .zip(y)
-        .enumerate()
-        .map(|(i, (x, y))| a[i / per] * x + b[i / per] * y)
-        .collect()
-}
-
 /// Run `kind` over `schedule` from `x` (initial noise, the init-audio mix, or the state at
 /// `opts.start_step`). Draws one noise tensor per ping-pong step from `noise`.
+///
+/// The state stays a tensor on `x`'s device throughout (noise drawn on the host is copied
+/// there; draws already on that device are used as they are). Per step, bit for bit as the
+/// reference's f32 arithmetic: `x̂₀ = x − σ·v`, then `(1 − σ')·x̂₀ + σ'·ε` (ping-pong) or
+/// `x + (σ' − σ)·v` (Euler), one pair of scalars per batch item ([`ops::axpby`]).
 pub fn sample(
     model: &dyn VelocityModel,
     kind: SamplerKind,
@@ -122,7 +141,9 @@ pub fn sample(
             reason: format!("shape {shape:?}, expected [B, C, T]"),
         });
     }
-    let (b, per) = (shape[0], shape[1] * shape[2]);
+    let b = shape[0];
+    let device = x.device();
+    let ones = vec![1.0f32; b];
     let steps = schedule.steps();
     if start_step > steps {
         return Err(DitError::Input {
@@ -141,16 +162,9 @@ pub fn sample(
                 reason: format!("shape {:?}, expected {shape:?}", v.shape()),
             });
         }
-        let xv = x.to_vec_f32()?;
-        let vv = v.to_vec_f32()?;
         // x̂₀ = x − t·v
-        let den: Vec<f32> = xv
-            .iter()
-            .zip(&vv)
-            .enumerate()
-            .map(|(k, (x, v))| x - t[k / per] * v)
-            .collect();
-        let denoised = Tensor::from_vec(den, &shape)?;
+        let neg_t: Vec<f32> = t.iter().map(|s| -s).collect();
+        let denoised = ops::axpby(&ones, &x, &neg_t, &v)?;
         if let Some(cb) = callback.as_mut() {
             let info = StepInfo {
                 step: i,
@@ -163,22 +177,18 @@ pub fn sample(
                 return Err(DitError::Cancelled { step: i });
             }
         }
-        let next = match kind {
+        x = match kind {
             SamplerKind::PingPong => {
-                let eps = noise.next(&shape)?.to_vec_f32()?;
+                let eps = noise.draw(&shape, "sampler step noise")?;
+                let eps = on_device(&eps, &device)?;
                 let one_minus: Vec<f32> = tn.iter().map(|s| 1.0 - s).collect();
-                axpby(&one_minus, denoised.as_slice::<f32>()?, &tn, &eps, per)
+                ops::axpby(&one_minus, &denoised, &tn, &eps)?
             }
             SamplerKind::Euler => {
                 let dt: Vec<f32> = tn.iter().zip(&t).map(|(a, b)| a - b).collect();
-                xv.iter()
-                    .zip(&vv)
-                    .enumerate()
-                    .map(|(k, (x, v))| x + dt[k / per] * v)
-                    .collect()
+                ops::axpby(&ones, &x, &dt, &v)?
             }
         };
-        x = Tensor::from_vec(next, &shape)?;
         if hook.is_some() {
             let ctx = HookContext {
                 step: Some(i),
@@ -213,21 +223,21 @@ pub struct GuidedOptions<'a> {
 
 /// The DiT as a [`VelocityModel`] for one generation: conditioning prepared once (cross
 /// K/V, local embeddings), CFG batched as `[cond; uncond]` when enabled.
+///
+/// Inputs live on the model's device; so do the conditioning it prepares and the velocities.
 pub struct GuidedDit<'a> {
     dit: &'a Dit,
     single: Option<DitContext>,
     guided: Option<DitContext>,
     padding_mask: Option<Tensor>,
-    mask_bool: Option<Vec<bool>>,
+    /// `[mask; mask]` for the batched CFG pass.
+    padding_mask2: Option<Tensor>,
     opts: GuidedOptions<'a>,
 }
 
 fn cat0(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     Ok(Tensor::cat(
-        &[
-            &a.to_dtype(aria_core::DType::F32)?,
-            &b.to_dtype(aria_core::DType::F32)?,
-        ],
+        &[&a.to_dtype(DType::F32)?, &b.to_dtype(DType::F32)?],
         0,
     )?)
 }
@@ -251,10 +261,10 @@ impl<'a> GuidedDit<'a> {
             None
         };
         let guided = if needs_guided {
-            let c = cond.cross_attn_cond.to_dtype(aria_core::DType::F32)?;
+            let c = cond.cross_attn_cond.to_dtype(DType::F32)?;
             let uncond = match negative {
                 Some(n) => {
-                    let nc = n.cross_attn_cond.to_dtype(aria_core::DType::F32)?;
+                    let nc = n.cross_attn_cond.to_dtype(DType::F32)?;
                     if nc.shape() != c.shape() {
                         return Err(DitError::Input {
                             what: "negative cross_attn_cond".into(),
@@ -263,26 +273,20 @@ impl<'a> GuidedDit<'a> {
                     }
                     match n.cross_attn_mask {
                         Some(m) => {
-                            let (bb, nn, dd) = (c.shape()[0], c.shape()[1], c.shape()[2]);
+                            let (bb, nn) = (c.shape()[0], c.shape()[1]);
                             if m.shape() != [bb, nn] {
                                 return Err(DitError::Input {
                                     what: "negative cross_attn_mask".into(),
                                     reason: format!("shape {:?}, expected [{bb}, {nn}]", m.shape()),
                                 });
                             }
-                            let mv = m.to_vec_f32()?;
-                            let mut v = nc.to_vec_f32()?;
-                            for (row, keep) in v.chunks_mut(dd.max(1)).zip(&mv) {
-                                if *keep == 0.0 {
-                                    row.iter_mut().for_each(|x| *x = 0.0);
-                                }
-                            }
-                            Tensor::from_vec(v, c.shape())?
+                            // Masked tokens become zeros.
+                            ops::fill_masked_rows(&nc, m, None)?
                         }
                         None => nc,
                     }
                 }
-                None => Tensor::zeros(c.shape(), aria_core::DType::F32),
+                None => on_device(&Tensor::zeros(c.shape(), DType::F32), &c.device())?,
             };
             let cross = cat0(&c, &uncond)?;
             let global = cat0(cond.global_cond, cond.global_cond)?;
@@ -296,18 +300,16 @@ impl<'a> GuidedDit<'a> {
         } else {
             None
         };
-        let mask_bool = padding_mask
-            .map(|m| {
-                m.to_vec_f32()
-                    .map(|v| v.iter().map(|x| *x != 0.0).collect())
-            })
-            .transpose()?;
+        let padding_mask2 = match (&guided, padding_mask) {
+            (Some(_), Some(m)) => Some(cat0(m, m)?),
+            _ => None,
+        };
         Ok(GuidedDit {
             dit,
             single,
             guided,
             padding_mask: padding_mask.cloned(),
-            mask_bool,
+            padding_mask2,
             opts,
         })
     }
@@ -328,25 +330,22 @@ impl VelocityModel for GuidedDit<'_> {
                 let b = x.shape()[0];
                 let x2 = cat0(x, x)?;
                 let t2: Vec<f32> = sigma.iter().chain(sigma).copied().collect();
-                let pm2 = self.padding_mask.as_ref().map(|m| cat0(m, m)).transpose()?;
                 let fo = ForwardOptions {
                     guidance_rows: Some(b),
                     ..fo
                 };
-                let v = self.dit.forward_ctx(&x2, &t2, ctx, pm2.as_ref(), &fo)?.v;
-                let vv = v.as_slice::<f32>()?;
-                let half = vv.len() / 2;
-                let s = x.shape();
-                let out = guided_velocity(
-                    &x.to_vec_f32()?,
-                    &vv[..half],
-                    &vv[half..],
+                let v = self
+                    .dit
+                    .forward_ctx(&x2, &t2, ctx, self.padding_mask2.as_ref(), &fo)?
+                    .v;
+                guided_velocity(
+                    x,
+                    &v.narrow(0, 0, b)?,
+                    &v.narrow(0, b, b)?,
                     sigma,
-                    [s[0], s[1], s[2]],
-                    self.mask_bool.as_deref(),
+                    self.padding_mask.as_ref(),
                     &g,
-                )?;
-                Ok(Tensor::from_vec(out, s)?)
+                )
             }
             _ => {
                 let ctx = self.single.as_ref().ok_or_else(|| DitError::Input {

@@ -63,32 +63,47 @@ impl Shift {
         }
     }
 
+    /// The values of `type` in `sampling_distribution_shift_options`.
+    pub const TYPES: &'static [&'static str] = &["none", "logsnr", "full", "flux"];
+
     /// From `sampling_distribution_shift_options` (`None`: [`Shift::inference_default`]).
-    /// `type` defaults to `"full"`; unknown types or keys are errors naming the key.
+    /// `type` defaults to `"full"`; unknown types or keys are errors naming the key. A model's
+    /// configuration holds the parsed value ([`crate::config::DiffusionConfig::sampling_shift`]).
     pub fn from_options(opts: Option<&serde_json::Value>) -> Result<Self> {
+        Self::parse(opts).map_err(|reason| DitError::Input {
+            what: "sampling_distribution_shift_options".into(),
+            reason,
+        })
+    }
+
+    /// [`Shift::from_options`] with the reason of a failure as text (naming the key inside the
+    /// options and the allowed values).
+    pub fn parse(opts: Option<&serde_json::Value>) -> std::result::Result<Self, String> {
         let Some(v) = opts else {
             return Ok(Self::inference_default());
         };
-        let err = |reason: String| DitError::Input {
-            what: "sampling_distribution_shift_options".into(),
-            reason,
-        };
+        if v.is_null() {
+            return Ok(Self::inference_default());
+        }
         let obj = v
             .as_object()
-            .ok_or_else(|| err("not a JSON object".into()))?;
+            .ok_or_else(|| "not a JSON object".to_string())?;
         let ty = match obj.get("type") {
             None => "full",
-            Some(t) => t
-                .as_str()
-                .ok_or_else(|| err("`type` is not a string".into()))?,
+            Some(t) => t.as_str().ok_or_else(|| {
+                format!(
+                    "`type` is not a string (allowed: {})",
+                    Self::TYPES.join(", ")
+                )
+            })?,
         };
-        let num = |k: &str, d: f32| -> Result<f32> {
+        let num = |k: &str, d: f32| -> std::result::Result<f32, String> {
             match obj.get(k) {
                 None => Ok(d),
                 Some(x) => x
                     .as_f64()
                     .map(|x| x as f32)
-                    .ok_or_else(|| err(format!("`{k}` is not a number"))),
+                    .ok_or_else(|| format!("`{k}` is not a number")),
             }
         };
         let allowed: &[&str] = match ty {
@@ -103,16 +118,20 @@ impl Shift {
             ],
             "flux" => &["min_length", "max_length", "alpha_min", "alpha_max"],
             other => {
-                return Err(err(format!(
-                    "unknown `type` `{other}` (none, flux, full, logsnr)"
-                )))
+                return Err(format!(
+                    "unknown `type` `{other}` (allowed: {})",
+                    Self::TYPES.join(", ")
+                ))
             }
         };
         if let Some(k) = obj
             .keys()
             .find(|k| *k != "type" && !allowed.contains(&k.as_str()))
         {
-            return Err(err(format!("unknown key `{k}` for type `{ty}`")));
+            return Err(format!(
+                "unknown key `{k}` for type `{ty}` (allowed: type, {})",
+                allowed.join(", ")
+            ));
         }
         Ok(match ty {
             "none" => Shift::None,
@@ -127,10 +146,12 @@ impl Shift {
                 max_shift: num("max_shift", 1.15)?,
                 max_length: num("max_length", 4096.0)?,
                 min_length: num("min_length", 256.0)?,
-                use_sine: obj
-                    .get("use_sine")
-                    .and_then(|x| x.as_bool())
-                    .unwrap_or(false),
+                use_sine: match obj.get("use_sine") {
+                    None => false,
+                    Some(x) => x
+                        .as_bool()
+                        .ok_or_else(|| "`use_sine` is not a boolean".to_string())?,
+                },
             },
             _ => Shift::Flux {
                 min_length: num("min_length", 256.0)?,
@@ -210,6 +231,13 @@ impl Shift {
                     .collect()
             }
         }
+    }
+}
+
+impl Default for Shift {
+    /// [`Shift::inference_default`].
+    fn default() -> Self {
+        Shift::inference_default()
     }
 }
 

@@ -8,19 +8,22 @@
 //!       optional logit soft-cap, keys with mask 0 excluded, softmax, ·v, o projection
 //! ```
 //!
-//! All dimensions are read from the folder's `config.json` (`encoder` sub-config). Weights stay
-//! in the file's dtype (bf16 for released models) in the memory map: each matrix product
-//! converts weight panels on the fly, and the embedding gathers only the requested rows, so no
-//! f32 copy of the model is kept.
+//! All dimensions are read from the folder's `config.json` (`encoder` sub-config, typed once
+//! by [`T5GemmaConfig`]). Every weight matrix is an [`aria_core::nn::Linear`] loaded under its
+//! checkpoint key; weights stay in the file's dtype (bf16 for released models) in the memory
+//! map: each matrix product converts weight panels on the fly, and the embedding gathers only
+//! the requested rows, so no f32 copy of the model is kept. The forward pass is tensor code
+//! over [`aria_core::ops`], so it runs wherever the weights live
+//! ([`T5GemmaEncoder::to_device`]).
 //!
 //! **Compute precision.** The reference loads the encoder with transformers' `dtype="auto"`:
 //! the `dtype` (or `torch_dtype`) of `config.json`, else the weights' dtype — bf16 for the
 //! released folder — and computes in it. [`Precision::Bf16`] reproduces that arithmetic
-//! (f32 kernels, every result rounded to bf16 where PyTorch's CPU kernels round, see
-//! [`bf16`]); it is the default when the folder says bf16, so a whole `generate()` can be
-//! replayed exactly. [`Precision::F32`] computes in f32 throughout: closer to exact arithmetic
-//! (the bf16 path differs from an fp64 evaluation by ~1e-2 relative, f32 by ~1e-5), at the
-//! same speed. [`T5GemmaEncoder::set_precision`] chooses.
+//! (f32 kernels, every result rounded to bf16 where PyTorch's CPU kernels round, in their
+//! summation orders: the ops of [`aria_core::ops::torch_bf16`]); it is the default when the
+//! folder says bf16, so a whole `generate()` can be replayed exactly. [`Precision::F32`]
+//! computes in f32 throughout: closer to exact arithmetic (the bf16 path differs from an fp64
+//! evaluation by ~1e-2 relative, f32 by ~1e-5). [`T5GemmaEncoder::set_precision`] chooses.
 //!
 //! **Attention implementation and the logit soft-cap.** The reference loads the encoder with
 //! the transformers default attention implementation, SDPA, which silently ignores
@@ -37,303 +40,129 @@
 
 use std::path::{Path, PathBuf};
 
-use aria_core::ops::{self, AttnOpts, KeyMaskMode, RmsStyle};
-use aria_core::{DType, Tensor, WeightLoader};
-use serde_json::Value;
+use aria_core::nn::{Bias, Linear};
+use aria_core::ops::{self, torch_bf16, AttnOpts, KeyMaskMode, RmsStyle};
+use aria_core::{DType, Device, Tensor, WeightLoader};
 
 use crate::tokenizer::TokenBatch;
 use crate::{DitError, Result};
 
-pub mod bf16;
+mod config;
 
-/// The arithmetic the encoder computes in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Precision {
-    /// f32 throughout.
-    #[default]
-    F32,
-    /// The reference's bf16 arithmetic on the CPU (see [`bf16`]).
-    Bf16,
+use config::cfg_err;
+pub use config::{
+    AttnImplementation, HiddenActivation, LayerType, Precision, RopeType, T5GemmaConfig,
+};
+
+/// Keys of one block of the reference's CPU flash attention: the bf16 replay covers sequences
+/// up to this length (longer ones rescale the softmax between blocks, not reproduced).
+pub const BF16_MAX_KEYS: usize = torch_bf16::FLASH_KV_BLOCK;
+
+/// Positions the RoPE tables are computed for at load (longer inputs compute theirs per call).
+const ROPE_ROWS: usize = 512;
+
+/// One layer's self-attention projections.
+#[derive(Debug, Clone)]
+struct SelfAttention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
 }
 
-/// Which attention implementation the reference would use (decides the logit soft-cap).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum AttnImplementation {
-    /// PyTorch SDPA, the transformers default: no logit soft-cap.
-    #[default]
-    Sdpa,
-    /// The eager implementation: logit soft-cap `c·tanh(s/c)` with `attn_logit_softcapping`.
-    Eager,
+/// One layer's gated MLP.
+#[derive(Debug, Clone)]
+struct Mlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
 }
 
-/// The kind of attention of one encoder layer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LayerType {
-    /// Full bidirectional attention.
-    Full,
-    /// Bidirectional attention limited to `|i − j| < sliding_window`.
-    Sliding,
+/// One encoder layer (norm weights `[hidden]` f32).
+#[derive(Debug, Clone)]
+struct Layer {
+    self_attn: SelfAttention,
+    mlp: Mlp,
+    pre_self_attn_layernorm: Tensor,
+    post_self_attn_layernorm: Tensor,
+    pre_feedforward_layernorm: Tensor,
+    post_feedforward_layernorm: Tensor,
+    kind: LayerType,
 }
 
-/// The encoder hyper-parameters (`config.json` → `encoder`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct T5GemmaConfig {
-    /// Model width (768 for b-b).
-    pub hidden_size: usize,
-    /// Number of layers (12).
-    pub num_hidden_layers: usize,
-    /// Query heads (12).
-    pub num_attention_heads: usize,
-    /// Key/value heads (12; fewer means grouped-query attention).
-    pub num_key_value_heads: usize,
-    /// Head width (64).
-    pub head_dim: usize,
-    /// MLP inner width (2048).
-    pub intermediate_size: usize,
-    /// Embedding rows (256 000).
-    pub vocab_size: usize,
-    /// RMSNorm epsilon (1e-6).
-    pub rms_norm_eps: f32,
-    /// RoPE base (10 000).
-    pub rope_theta: f64,
-    /// Logit soft-cap value used by the eager implementation (50), if any.
-    pub attn_logit_softcapping: Option<f32>,
-    /// Scores are multiplied by `query_pre_attn_scalar^-½` (64 ⇒ 1/8).
-    pub query_pre_attn_scalar: f64,
-    /// Window of sliding-attention layers (4096).
-    pub sliding_window: Option<usize>,
-    /// Per-layer attention kind.
-    pub layer_types: Vec<LayerType>,
-    /// Biases on the attention projections (false).
-    pub attention_bias: bool,
-    /// `attn_implementation` of the file (absent ⇒ SDPA).
-    pub attn_implementation: AttnImplementation,
-    /// The compute dtype the file asks for (`dtype` / `torch_dtype`, top level or `encoder`):
-    /// `Some(Bf16)` for `bfloat16`, `Some(F32)` for `float32`, `None` when absent (the
-    /// weights' dtype decides).
-    pub dtype: Option<Precision>,
-}
+impl Layer {
+    fn linears(&self) -> [&Linear; 7] {
+        let (a, m) = (&self.self_attn, &self.mlp);
+        [
+            &a.q_proj,
+            &a.k_proj,
+            &a.v_proj,
+            &a.o_proj,
+            &m.gate_proj,
+            &m.up_proj,
+            &m.down_proj,
+        ]
+    }
 
-fn cfg_err(path: &Path, reason: String) -> DitError {
-    DitError::Config {
-        path: path.to_path_buf(),
-        reason,
+    fn linears_mut(&mut self) -> [&mut Linear; 7] {
+        let (a, m) = (&mut self.self_attn, &mut self.mlp);
+        [
+            &mut a.q_proj,
+            &mut a.k_proj,
+            &mut a.v_proj,
+            &mut a.o_proj,
+            &mut m.gate_proj,
+            &mut m.up_proj,
+            &mut m.down_proj,
+        ]
+    }
+
+    fn norms_mut(&mut self) -> [&mut Tensor; 4] {
+        [
+            &mut self.pre_self_attn_layernorm,
+            &mut self.post_self_attn_layernorm,
+            &mut self.pre_feedforward_layernorm,
+            &mut self.post_feedforward_layernorm,
+        ]
     }
 }
 
-impl T5GemmaConfig {
-    /// Read `config.json` of a T5Gemma folder (the `encoder` sub-config; a file without one is
-    /// read as an encoder config itself).
-    pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| cfg_err(path, e.to_string()))?;
-        let root: Value = serde_json::from_str(&text).map_err(|e| cfg_err(path, e.to_string()))?;
-        Self::from_json(&root, path)
-    }
+/// RoPE `cos`/`sin` tables `[ROPE_ROWS, head_dim]`, in f32 and rounded to bf16 (the replay's).
+#[derive(Debug, Clone)]
+struct RopeTables {
+    cos: Tensor,
+    sin: Tensor,
+    cos_bf16: Tensor,
+    sin_bf16: Tensor,
+}
 
-    /// Parse an already read `config.json` (`path` names it in errors).
-    pub fn from_json(root: &Value, path: &Path) -> Result<Self> {
-        let (enc, pre) = match root.get("encoder") {
-            Some(e) if e.is_object() => (e, "encoder."),
-            _ => (root, ""),
-        };
-        let err = |k: &str, why: &str| cfg_err(path, format!("`{pre}{k}`: {why}"));
-        let usize_key = |k: &str| -> Result<usize> {
-            let v = enc.get(k).ok_or_else(|| err(k, "missing key"))?;
-            v.as_u64()
-                .map(|x| x as usize)
-                .ok_or_else(|| err(k, "must be a non-negative integer"))
-        };
-        let f64_key = |k: &str, default: Option<f64>| -> Result<f64> {
-            match enc.get(k) {
-                None | Some(Value::Null) => default.ok_or_else(|| err(k, "missing key")),
-                Some(v) => v.as_f64().ok_or_else(|| err(k, "must be a number")),
-            }
-        };
-        let hidden_size = usize_key("hidden_size")?;
-        let num_hidden_layers = usize_key("num_hidden_layers")?;
-        let num_attention_heads = usize_key("num_attention_heads")?;
-        let num_key_value_heads = match enc.get("num_key_value_heads") {
-            None => num_attention_heads,
-            Some(_) => usize_key("num_key_value_heads")?,
-        };
-        let head_dim = usize_key("head_dim")?;
-        let intermediate_size = usize_key("intermediate_size")?;
-        let vocab_size = usize_key("vocab_size")?;
-        let rms_norm_eps = f64_key("rms_norm_eps", Some(1e-6))? as f32;
-        let rope_theta = match enc.get("rope_parameters").and_then(|r| r.get("rope_theta")) {
-            Some(v) => v
-                .as_f64()
-                .ok_or_else(|| err("rope_parameters.rope_theta", "must be a number"))?,
-            None => f64_key("rope_theta", Some(10000.0))?,
-        };
-        if let Some(t) = enc.get("rope_parameters").and_then(|r| r.get("rope_type")) {
-            if t.as_str() != Some("default") {
-                return Err(err(
-                    "rope_parameters.rope_type",
-                    "only `default` RoPE is supported",
-                ));
-            }
-        }
-        let attn_logit_softcapping = match enc.get("attn_logit_softcapping") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(
-                v.as_f64()
-                    .ok_or_else(|| err("attn_logit_softcapping", "must be a number"))?
-                    as f32,
-            ),
-        };
-        let query_pre_attn_scalar = f64_key("query_pre_attn_scalar", Some(head_dim as f64))?;
-        let sliding_window = match enc.get("sliding_window") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(
-                v.as_u64()
-                    .ok_or_else(|| err("sliding_window", "must be an integer"))?
-                    as usize,
-            ),
-        };
-        let layer_types = match enc.get("layer_types") {
-            None => (0..num_hidden_layers)
-                .map(|i| {
-                    if i % 2 == 0 {
-                        LayerType::Sliding
-                    } else {
-                        LayerType::Full
-                    }
-                })
-                .collect(),
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|t| match t.as_str() {
-                    Some("full_attention") => Ok(LayerType::Full),
-                    Some("sliding_attention") => Ok(LayerType::Sliding),
-                    _ => Err(err("layer_types", &format!("unknown layer type {t}"))),
-                })
-                .collect::<Result<Vec<_>>>()?,
-            Some(_) => return Err(err("layer_types", "must be a list")),
-        };
-        if layer_types.len() != num_hidden_layers {
-            return Err(err(
-                "layer_types",
-                &format!(
-                    "{} entries for {num_hidden_layers} layers",
-                    layer_types.len()
-                ),
-            ));
-        }
-        let attention_bias = enc
-            .get("attention_bias")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-        if let Some(act) = enc.get("hidden_activation") {
-            if act.as_str() != Some("gelu_pytorch_tanh") {
-                return Err(err(
-                    "hidden_activation",
-                    &format!("{act} is not supported (gelu_pytorch_tanh)"),
-                ));
-            }
-        }
-        let imp = enc
-            .get("attn_implementation")
-            .or_else(|| root.get("attn_implementation"));
-        let attn_implementation = match imp {
-            None | Some(Value::Null) => AttnImplementation::Sdpa,
-            Some(v) => match v.as_str() {
-                Some("sdpa") => AttnImplementation::Sdpa,
-                Some("eager") => AttnImplementation::Eager,
-                _ => {
-                    return Err(cfg_err(
-                        path,
-                        format!("`attn_implementation`: {v} is not supported (`sdpa` or `eager`)"),
-                    ))
-                }
-            },
-        };
-        let dt = ["dtype", "torch_dtype"]
-            .iter()
-            .find_map(|k| root.get(*k).or_else(|| enc.get(*k)))
-            .filter(|v| !v.is_null());
-        let dtype = match dt {
-            None => None,
-            Some(v) => match v.as_str() {
-                Some("bfloat16") => Some(Precision::Bf16),
-                Some("float32") => Some(Precision::F32),
-                _ => {
-                    return Err(cfg_err(
-                        path,
-                        format!("`dtype`: {v} is not supported (`bfloat16` or `float32`)"),
-                    ))
-                }
-            },
-        };
-        if num_attention_heads == 0
-            || num_key_value_heads == 0
-            || num_attention_heads % num_key_value_heads != 0
-            || head_dim % 2 != 0
-            || hidden_size == 0
-        {
-            return Err(err(
-                "num_attention_heads",
-                &format!(
-                    "{num_attention_heads} heads, {num_key_value_heads} key/value heads, head_dim {head_dim}: \
-                     heads must be a non-zero multiple of key/value heads and head_dim even"
-                ),
-            ));
-        }
-        Ok(T5GemmaConfig {
-            hidden_size,
-            num_hidden_layers,
-            num_attention_heads,
-            num_key_value_heads,
-            head_dim,
-            intermediate_size,
-            vocab_size,
-            rms_norm_eps,
-            rope_theta,
-            attn_logit_softcapping,
-            query_pre_attn_scalar,
-            sliding_window,
-            layer_types,
-            attention_bias,
-            attn_implementation,
-            dtype,
+impl RopeTables {
+    /// Tables for positions `0..n` (`inv_freq` a CPU tensor).
+    fn new(inv_freq: &Tensor, n: usize) -> Result<Self> {
+        let (cos, sin) = ops::rope_tables(inv_freq, n)?;
+        Ok(RopeTables {
+            cos_bf16: torch_bf16::round_tensor(&cos)?,
+            sin_bf16: torch_bf16::round_tensor(&sin)?,
+            cos,
+            sin,
         })
     }
 
-    /// The embedding normaliser `√hidden_size`, rounded to f32 (the compute dtype).
-    pub fn normalizer(&self) -> f32 {
-        (self.hidden_size as f64).sqrt() as f32
+    fn rows(&self) -> usize {
+        self.cos.shape()[0]
     }
 
-    /// RoPE inverse frequencies `1 / θ^(2i/head_dim)`, computed in f32 as the reference does.
-    pub fn rope_inv_freq(&self) -> Vec<f32> {
-        let d = self.head_dim as f32;
-        (0..self.head_dim / 2)
-            .map(|i| {
-                let e = (2 * i) as f32 / d;
-                let p = (self.rope_theta as f32 as f64).powf(e as f64) as f32;
-                1.0 / p
-            })
-            .collect()
+    fn move_to(&mut self, device: &Device) -> Result<()> {
+        for t in [
+            &mut self.cos,
+            &mut self.sin,
+            &mut self.cos_bf16,
+            &mut self.sin_bf16,
+        ] {
+            *t = device.put(t)?;
+        }
+        Ok(())
     }
-}
-
-/// One encoder layer's weights (projection weights as stored, norms as f32).
-#[derive(Debug, Clone)]
-struct Layer {
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    o: Tensor,
-    qkv_bias: Option<[Tensor; 4]>,
-    gate: Tensor,
-    up: Tensor,
-    down: Tensor,
-    pre_attn: Tensor,
-    post_attn: Tensor,
-    pre_ff: Tensor,
-    post_ff: Tensor,
-    kind: LayerType,
 }
 
 /// The T5Gemma encoder.
@@ -341,12 +170,15 @@ struct Layer {
 pub struct T5GemmaEncoder {
     cfg: T5GemmaConfig,
     folder: PathBuf,
-    embed: Tensor,
+    embed_tokens: Tensor,
     layers: Vec<Layer>,
     norm: Tensor,
+    /// RoPE inverse frequencies (host: tables for long inputs are built from them).
     inv_freq: Tensor,
+    rope: RopeTables,
     attn_impl: AttnImplementation,
     precision: Precision,
+    device: Device,
 }
 
 /// Find the encoder's name prefix by the suffix `embed_tokens.weight` (decoder tensors skipped).
@@ -389,22 +221,22 @@ impl T5GemmaEncoder {
         file: &Path,
     ) -> Result<Self> {
         let prefix = encoder_prefix(loader, file)?;
-        let name = |s: &str| format!("{prefix}{s}");
+        let vb = loader.pp(prefix.trim_end_matches('.'));
         let h = cfg.hidden_size;
-        let (nh, nkv, hd, ff) = (
-            cfg.num_attention_heads,
-            cfg.num_key_value_heads,
-            cfg.head_dim,
+        let (q, kv, ff) = (
+            cfg.num_attention_heads * cfg.head_dim,
+            cfg.num_key_value_heads * cfg.head_dim,
             cfg.intermediate_size,
         );
-        let embed = loader.get_any(&name("embed_tokens.weight"))?;
-        let es = embed.shape().to_vec();
+        let key = "embed_tokens.weight";
+        let embed_tokens = vb.get_any(key)?;
+        let es = embed_tokens.shape().to_vec();
         if es.len() != 2 || es[1] != h {
             return Err(cfg_err(
                 file,
                 format!(
                     "`{}` has shape {es:?}, expected [vocab, {h}] (hidden_size)",
-                    name("embed_tokens.weight")
+                    vb.full_name(key)
                 ),
             ));
         }
@@ -414,49 +246,48 @@ impl T5GemmaEncoder {
                 format!(
                     "`encoder.vocab_size` is {} but `{}` in {} has {} rows",
                     cfg.vocab_size,
-                    name("embed_tokens.weight"),
+                    vb.full_name(key),
                     file.display(),
                     es[0]
                 ),
             ));
         }
-        let norm_w = |n: &str| -> Result<Tensor> { Ok(loader.get_as(&name(n), &[h], DType::F32)?) };
+        let norm_w = |vb: &WeightLoader, n: &str| -> Result<Tensor> {
+            Ok(vb.pp(n).get_as("weight", &[h], DType::F32)?)
+        };
+        let bias = if cfg.attention_bias {
+            Bias::Yes
+        } else {
+            Bias::No
+        };
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for (i, &kind) in cfg.layer_types.iter().enumerate() {
-            let p = |s: &str| format!("layers.{i}.{s}");
-            let w = |s: &str, shape: &[usize]| -> Result<Tensor> {
-                Ok(loader.get(&name(&p(s)), shape)?)
-            };
-            let qkv_bias = if cfg.attention_bias {
-                Some([
-                    loader.get_as(&name(&p("self_attn.q_proj.bias")), &[nh * hd], DType::F32)?,
-                    loader.get_as(&name(&p("self_attn.k_proj.bias")), &[nkv * hd], DType::F32)?,
-                    loader.get_as(&name(&p("self_attn.v_proj.bias")), &[nkv * hd], DType::F32)?,
-                    loader.get_as(&name(&p("self_attn.o_proj.bias")), &[h], DType::F32)?,
-                ])
-            } else {
-                None
-            };
+            let lv = vb.pp(format!("layers.{i}"));
+            let (a, m) = (lv.pp("self_attn"), lv.pp("mlp"));
             layers.push(Layer {
-                q: w("self_attn.q_proj.weight", &[nh * hd, h])?,
-                k: w("self_attn.k_proj.weight", &[nkv * hd, h])?,
-                v: w("self_attn.v_proj.weight", &[nkv * hd, h])?,
-                o: w("self_attn.o_proj.weight", &[h, nh * hd])?,
-                qkv_bias,
-                gate: w("mlp.gate_proj.weight", &[ff, h])?,
-                up: w("mlp.up_proj.weight", &[ff, h])?,
-                down: w("mlp.down_proj.weight", &[h, ff])?,
-                pre_attn: norm_w(&p("pre_self_attn_layernorm.weight"))?,
-                post_attn: norm_w(&p("post_self_attn_layernorm.weight"))?,
-                pre_ff: norm_w(&p("pre_feedforward_layernorm.weight"))?,
-                post_ff: norm_w(&p("post_feedforward_layernorm.weight"))?,
+                self_attn: SelfAttention {
+                    q_proj: Linear::load(&a.pp("q_proj"), h, q, bias)?,
+                    k_proj: Linear::load(&a.pp("k_proj"), h, kv, bias)?,
+                    v_proj: Linear::load(&a.pp("v_proj"), h, kv, bias)?,
+                    o_proj: Linear::load(&a.pp("o_proj"), q, h, bias)?,
+                },
+                mlp: Mlp {
+                    gate_proj: Linear::load(&m.pp("gate_proj"), h, ff, Bias::No)?,
+                    up_proj: Linear::load(&m.pp("up_proj"), h, ff, Bias::No)?,
+                    down_proj: Linear::load(&m.pp("down_proj"), ff, h, Bias::No)?,
+                },
+                pre_self_attn_layernorm: norm_w(&lv, "pre_self_attn_layernorm")?,
+                post_self_attn_layernorm: norm_w(&lv, "post_self_attn_layernorm")?,
+                pre_feedforward_layernorm: norm_w(&lv, "pre_feedforward_layernorm")?,
+                post_feedforward_layernorm: norm_w(&lv, "post_feedforward_layernorm")?,
                 kind,
             });
         }
-        let norm = norm_w("norm.weight")?;
+        let norm = norm_w(&vb, "norm")?;
         let inv = cfg.rope_inv_freq();
         let inv_freq = Tensor::from_vec(inv.clone(), &[inv.len()])?;
-        let precision = cfg.dtype.unwrap_or(if embed.dtype() == DType::BF16 {
+        let rope = RopeTables::new(&inv_freq, ROPE_ROWS)?;
+        let precision = cfg.dtype.unwrap_or(if embed_tokens.dtype() == DType::BF16 {
             Precision::Bf16
         } else {
             Precision::F32
@@ -466,10 +297,12 @@ impl T5GemmaEncoder {
             precision,
             cfg,
             folder: folder.to_path_buf(),
-            embed,
+            embed_tokens,
             layers,
             norm,
             inv_freq,
+            rope,
+            device: Device::Cpu,
         })
     }
 
@@ -483,15 +316,47 @@ impl T5GemmaEncoder {
         &self.folder
     }
 
+    /// Every weight matrix, layer by layer (`q, k, v, o, gate, up, down`).
+    pub fn linears(&self) -> impl Iterator<Item = &Linear> {
+        self.layers.iter().flat_map(|l| l.linears())
+    }
+
+    /// Every weight matrix, mutable (to pack weights or set adapters).
+    pub fn linears_mut(&mut self) -> impl Iterator<Item = &mut Linear> {
+        self.layers.iter_mut().flat_map(|l| l.linears_mut())
+    }
+
     /// Whether every matrix and the embedding table are used straight from the memory-mapped
     /// file (no converted copy), as they are for a well-aligned safetensors file.
     pub fn weights_mapped(&self) -> bool {
-        self.embed.is_mapped()
-            && self.layers.iter().all(|l| {
-                [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down]
-                    .iter()
-                    .all(|w| w.is_mapped())
-            })
+        self.embed_tokens.is_mapped()
+            && self
+                .linears()
+                .all(|l| l.weight().dense().is_some_and(Tensor::is_mapped))
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Move every weight and parameter tensor (embedding table, matrices, norms, RoPE tables)
+    /// to `device`; [`Self::forward`] then expects its inputs there ([`Self::encode`] uploads
+    /// them).
+    pub fn to_device(&mut self, device: &Device) -> Result<()> {
+        self.embed_tokens = device.put(&self.embed_tokens)?;
+        for l in &mut self.layers {
+            for lin in l.linears_mut() {
+                lin.to_device(device)?;
+            }
+            for n in l.norms_mut() {
+                *n = device.put(n)?;
+            }
+        }
+        self.norm = device.put(&self.norm)?;
+        self.rope.move_to(device)?;
+        self.device = device.clone();
+        Ok(())
     }
 
     /// The attention implementation in use.
@@ -522,13 +387,16 @@ impl T5GemmaEncoder {
         }
     }
 
-    /// `last_hidden_state [B, L, hidden]` (f32) for a token batch.
+    /// `last_hidden_state [B, L, hidden]` (f32, on the encoder's device) for a token batch (its
+    /// ids and mask are uploaded to that device first).
     pub fn encode(&self, tokens: &TokenBatch) -> Result<Tensor> {
-        self.forward(&tokens.ids_tensor()?, &tokens.mask_tensor()?)
+        let (ids, mask) = tokens.to_device(&self.device)?;
+        self.forward(&ids, &mask)
     }
 
     /// `last_hidden_state [B, L, hidden]` (f32) for `ids [B, L]` (integer) and `mask [B, L]`
-    /// (non-zero = real token). Every position is computed; keys with mask 0 are excluded.
+    /// (non-zero = real token), both on the encoder's device. Every position is computed; keys
+    /// with mask 0 are excluded.
     pub fn forward(&self, ids: &Tensor, mask: &Tensor) -> Result<Tensor> {
         let s = ids.shape();
         if s.len() != 2 || mask.shape() != s {
@@ -549,38 +417,12 @@ impl T5GemmaEncoder {
             c.num_key_value_heads,
             c.head_dim,
         );
-        let bf = self.precision == Precision::Bf16;
-        // The result of every operation, rounded to bf16 on the bf16 path.
-        let r = |t: Tensor| -> Result<Tensor> {
-            if bf {
-                bf16::round_tensor(&t)
-            } else {
-                Ok(t)
-            }
-        };
-        // `hidden_size ** 0.5` as a tensor of the compute dtype.
-        let normalizer = if bf {
-            bf16::round(c.normalizer())
-        } else {
-            c.normalizer()
-        };
-        let mut x = r(ops::mul_scalar(
-            &ops::embedding(ids, &self.embed)?,
-            normalizer,
-        )?)?;
-        let (cos, sin) = ops::rope_tables(&self.inv_freq, l)?;
-        let (cos_b, sin_b) = if bf {
-            let round = |t: &Tensor| -> Result<Vec<f32>> {
-                Ok(t.to_vec_f32()?.into_iter().map(bf16::round).collect())
-            };
-            (round(&cos)?, round(&sin)?)
-        } else {
-            (Vec::new(), Vec::new())
-        };
-        let scale = c.query_pre_attn_scalar.powf(-0.5) as f32;
-        let eps = c.rms_norm_eps;
         let softcap = self.softcap();
-        if bf && softcap.is_some() {
+        let ar = Arith {
+            bf16: self.precision == Precision::Bf16,
+            eps: c.rms_norm_eps,
+        };
+        if ar.bf16 && softcap.is_some() {
             return Err(DitError::Input {
                 what: "T5Gemma".into(),
                 reason: "the bf16 path reproduces SDPA attention (no logit soft-cap); \
@@ -588,49 +430,47 @@ impl T5GemmaEncoder {
                     .into(),
             });
         }
-        if bf && l > bf16::MAX_KEYS {
+        if ar.bf16 && l > BF16_MAX_KEYS {
             return Err(DitError::Input {
                 what: "T5Gemma".into(),
                 reason: format!(
-                    "the bf16 path reproduces one {}-key block of the reference's attention; \
-                     {l} tokens need f32 precision",
-                    bf16::MAX_KEYS
+                    "the bf16 path reproduces one {BF16_MAX_KEYS}-key block of the reference's \
+                     attention; {l} tokens need f32 precision"
                 ),
             });
         }
-        let mask_v: Vec<f32> = if bf { mask.to_vec_f32()? } else { Vec::new() };
-        let norm = |t: &Tensor, w: &Tensor| -> Result<Tensor> {
-            if bf {
-                bf16::rms_norm(t, w, eps)
-            } else {
-                Ok(ops::rms_norm(t, Some(w), eps, RmsStyle::OnePlus)?)
-            }
+        // Tables for longer inputs than the cached ones are built now and uploaded.
+        let long;
+        let rope = if l <= self.rope.rows() {
+            &self.rope
+        } else {
+            let mut t = RopeTables::new(&self.inv_freq, l)?;
+            t.move_to(&self.device)?;
+            long = t;
+            &long
         };
-        let lin = |t: &Tensor, w: &Tensor, bias: Option<&Tensor>| -> Result<Tensor> {
-            if bf {
-                Ok(bf16::linear(t, w, bias)?)
-            } else {
-                Ok(ops::linear(t, w, bias)?)
-            }
+        let (cos, sin) = if ar.bf16 {
+            (&rope.cos_bf16, &rope.sin_bf16)
+        } else {
+            (&rope.cos, &rope.sin)
+        };
+        // `hidden_size ** 0.5` as a scalar of the compute dtype.
+        let normalizer = ar.scalar(c.normalizer());
+        let mut x = ar.round(ops::mul_scalar(
+            &ops::embedding(ids, &self.embed_tokens)?,
+            normalizer,
+        )?)?;
+        let scale = c.query_pre_attn_scalar.powf(-0.5) as f32;
+        let heads = |t: Tensor, n: usize| -> Result<Tensor> {
+            Ok(t.reshape(&[b, l, n, hd])?.transpose(1, 2)?)
         };
         for layer in &self.layers {
             // Self-attention block.
-            let u = norm(&x, &layer.pre_attn)?;
-            let bias = |i: usize| layer.qkv_bias.as_ref().map(|bs| &bs[i]);
-            let heads = |t: Tensor, n: usize| -> Result<Tensor> {
-                Ok(t.reshape(&[b, l, n, hd])?.transpose(1, 2)?)
-            };
-            let q = heads(lin(&u, &layer.q, bias(0))?, nh)?;
-            let k = heads(lin(&u, &layer.k, bias(1))?, nkv)?;
-            let v = heads(lin(&u, &layer.v, bias(2))?, nkv)?;
-            let (q, k) = if bf {
-                (
-                    bf16::rope(&q, &cos_b, &sin_b)?,
-                    bf16::rope(&k, &cos_b, &sin_b)?,
-                )
-            } else {
-                (ops::rope(&q, &cos, &sin)?, ops::rope(&k, &cos, &sin)?)
-            };
+            let at = &layer.self_attn;
+            let u = ar.norm(&x, &layer.pre_self_attn_layernorm)?;
+            let q = ar.rope(&heads(ar.linear(&at.q_proj, &u)?, nh)?, cos, sin)?;
+            let k = ar.rope(&heads(ar.linear(&at.k_proj, &u)?, nkv)?, cos, sin)?;
+            let v = heads(ar.linear(&at.v_proj, &u)?, nkv)?;
             let (k, v) = if nkv == nh {
                 (k, v)
             } else {
@@ -640,39 +480,28 @@ impl T5GemmaEncoder {
                 (LayerType::Sliding, Some(w)) if w > 0 && l > w => Some((w - 1, w - 1)),
                 _ => None,
             };
-            let a = if bf {
-                let w = window.map_or(usize::MAX, |(lo, _)| lo);
-                bf16::flash_attention(&q, &k, &v, scale, |bi, i, j| {
-                    mask_v[bi * l + j] != 0.0 && i.abs_diff(j) <= w
-                })?
-            } else {
-                let opts = AttnOpts {
-                    scale,
-                    softcap,
-                    key_mask: Some(mask),
-                    mask_mode: KeyMaskMode::Exclude,
-                    window,
-                };
-                ops::attention(&q, &k, &v, &opts)?
+            let opts = AttnOpts {
+                scale,
+                softcap,
+                key_mask: Some(mask),
+                mask_mode: KeyMaskMode::Exclude,
+                window,
             };
+            let a = ar.attention(&q, &k, &v, &opts)?;
             let a = a.transpose(1, 2)?.contiguous()?.reshape(&[b, l, nh * hd])?;
-            let o = lin(&a, &layer.o, bias(3))?;
-            let o = norm(&o, &layer.post_attn)?;
-            x = r(ops::add(&x, &o)?)?;
+            let o = ar.linear(&at.o_proj, &a)?;
+            let o = ar.norm(&o, &layer.post_self_attn_layernorm)?;
+            x = ar.add(&x, &o)?;
             // Feed-forward block.
-            let u = norm(&x, &layer.pre_ff)?;
-            let gate = lin(&u, &layer.gate, None)?;
-            let g = if bf {
-                bf16::gelu_tanh(&gate)?
-            } else {
-                ops::gelu_tanh(&gate)?
-            };
-            let up = lin(&u, &layer.up, None)?;
-            let f = lin(&r(ops::mul(&g, &up)?)?, &layer.down, None)?;
-            let f = norm(&f, &layer.post_ff)?;
-            x = r(ops::add(&x, &f)?)?;
+            let m = &layer.mlp;
+            let u = ar.norm(&x, &layer.pre_feedforward_layernorm)?;
+            let g = ar.gelu_tanh(&ar.linear(&m.gate_proj, &u)?)?;
+            let up = ar.linear(&m.up_proj, &u)?;
+            let f = ar.linear(&m.down_proj, &ar.mul(&g, &up)?)?;
+            let f = ar.norm(&f, &layer.post_feedforward_layernorm)?;
+            x = ar.add(&x, &f)?;
         }
-        let out = norm(&x, &self.norm)?;
+        let out = ar.norm(&x, &self.norm)?;
         debug_assert_eq!(out.shape(), &[b, l, h]);
         Ok(out)
     }
@@ -691,6 +520,95 @@ impl T5GemmaEncoder {
         let per_token = 2.0 * (h * q * 2.0 + h * kv * 2.0 + 3.0 * h * f);
         let attn = 2.0 * 2.0 * (batch as f64) * (len as f64) * (len as f64) * q;
         c.num_hidden_layers as f64 * (t * per_token + attn)
+    }
+}
+
+/// The arithmetic of one forward: f32 ops, or the bf16 replay ([`torch_bf16`]) where every
+/// result is rounded to bf16 as the reference's kernels round it.
+struct Arith {
+    bf16: bool,
+    eps: f32,
+}
+
+impl Arith {
+    /// A Python float as a scalar of the compute dtype.
+    fn scalar(&self, v: f32) -> f32 {
+        if self.bf16 {
+            torch_bf16::round(v)
+        } else {
+            v
+        }
+    }
+
+    /// The result of an f32 op stored in a tensor of the compute dtype.
+    fn round(&self, t: Tensor) -> Result<Tensor> {
+        Ok(if self.bf16 {
+            torch_bf16::round_tensor(&t)?
+        } else {
+            t
+        })
+    }
+
+    fn norm(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+        Ok(if self.bf16 {
+            torch_bf16::rms_norm(x, w, self.eps)?
+        } else {
+            ops::rms_norm(x, Some(w), self.eps, RmsStyle::OnePlus)?
+        })
+    }
+
+    fn linear(&self, l: &Linear, x: &Tensor) -> Result<Tensor> {
+        if !self.bf16 {
+            return Ok(l.forward(x)?);
+        }
+        let w = l.effective_weight().ok_or_else(|| DitError::Input {
+            what: format!("T5Gemma layer `{}`", l.name()),
+            reason: format!(
+                "the bf16 replay needs a dense weight, this one is {}",
+                l.weight().kind()
+            ),
+        })?;
+        Ok(torch_bf16::linear(x, w, l.bias())?)
+    }
+
+    fn rope(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+        Ok(if self.bf16 {
+            torch_bf16::rope(x, cos, sin)?
+        } else {
+            ops::rope(x, cos, sin)?
+        })
+    }
+
+    fn attention(&self, q: &Tensor, k: &Tensor, v: &Tensor, o: &AttnOpts<'_>) -> Result<Tensor> {
+        Ok(if self.bf16 {
+            torch_bf16::attention(q, k, v, o)?
+        } else {
+            ops::attention(q, k, v, o)?
+        })
+    }
+
+    fn gelu_tanh(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(if self.bf16 {
+            torch_bf16::gelu_tanh(x)?
+        } else {
+            ops::gelu_tanh(x)?
+        })
+    }
+
+    fn add(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        Ok(if self.bf16 {
+            torch_bf16::add(a, b)?
+        } else {
+            ops::add(a, b)?
+        })
+    }
+
+    fn mul(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        Ok(if self.bf16 {
+            torch_bf16::mul(a, b)?
+        } else {
+            ops::mul(a, b)?
+        })
     }
 }
 

@@ -1,0 +1,128 @@
+//! Backends: where ops run, and the contract a device backend implements.
+//!
+//! Model code calls the functions of [`crate::ops`] (and the layers of [`crate::nn`]); each op
+//! looks at where its input tensors live ([`Tensor::device`]) and runs on the CPU kernels or
+//! hands an [`Op`] to the [`Backend`] that owns the device storage. Adding a device backend
+//! (wgpu, CUDA) therefore changes no model code: the backend implements [`Backend::run`] for the
+//! ops it supports, returns [`CoreError::Unsupported`] for the others, and provides
+//! upload/download. Nothing is ever copied between host and device implicitly: an op a backend
+//! lacks is an error naming the op and the backend, never a silent download.
+//!
+//! # The op set
+//!
+//! | op ([`Op`] variant) | name | `ops` functions | used by |
+//! |---|---|---|---|
+//! | `Linear` | `linear` | [`ops::linear`](crate::ops::linear), [`nn::Linear`](crate::nn::Linear) | every model |
+//! | `Matmul` | `matmul` | [`ops::matmul`](crate::ops::matmul) | tests, analysis |
+//! | `Conv1d` | `conv1d` | [`ops::conv1d`](crate::ops::conv1d), [`nn::Conv1d`](crate::nn::Conv1d) | SAME, DiT pre/post conv |
+//! | `Attention` | `attention` | [`ops::attention`](crate::ops::attention), [`ops::attention_diff`](crate::ops::attention_diff) (full, key-padded, banded, differential) | every model |
+//! | `Unary` | `unary` | [`ops::silu`](crate::ops::silu), [`ops::sigmoid`](crate::ops::sigmoid), [`ops::tanh`](crate::ops::tanh), [`ops::sin_pi`](crate::ops::sin_pi), [`ops::gelu`](crate::ops::gelu), [`ops::gelu_tanh`](crate::ops::gelu_tanh) | every model |
+//! | `Affine`, `MulScalar`, `AddScalar` | `affine`, `mul_scalar`, `add_scalar` | [`ops::affine`](crate::ops::affine), [`ops::mul_scalar`](crate::ops::mul_scalar), [`ops::add_scalar`](crate::ops::add_scalar) | samplers, guidance |
+//! | `Binary` | `binary` | [`ops::add`](crate::ops::add), [`ops::sub`](crate::ops::sub), [`ops::mul`](crate::ops::mul), [`ops::div`](crate::ops::div) (broadcasting) | every model |
+//! | `Glu` | `glu` | [`ops::glu`](crate::ops::glu) (SwiGLU, GeGLU, sin gate) | DiT, SAME |
+//! | `Softmax` | `softmax` | [`ops::softmax_last`](crate::ops::softmax_last) | |
+//! | `Embedding` | `embedding` | [`ops::embedding`](crate::ops::embedding) | T5Gemma |
+//! | `Rope` | `rope` | [`ops::rope`](crate::ops::rope) | DiT, T5Gemma, SAME |
+//! | `RmsNorm` | `rms_norm` | [`ops::rms_norm`](crate::ops::rms_norm) | DiT, T5Gemma |
+//! | `LayerNorm` | `layer_norm` | [`ops::layer_norm`](crate::ops::layer_norm) | |
+//! | `Dyt` | `dyt` | [`ops::dyt`](crate::ops::dyt) | SAME |
+//! | `Unfold` | `unfold` | [`ops::unfold`](crate::ops::unfold), [`nn::Conv1d`](crate::nn::Conv1d) | SAME mapping convolutions |
+//! | `Contiguous` | `contiguous` | [`Tensor::contiguous`] (and `reshape` of a strided view) | everywhere |
+//! | `ToDtype` | `to_dtype` | [`Tensor::to_dtype`] | |
+//! | `Cat` | `cat` | [`Tensor::cat`], [`Tensor::stack`] | DiT, samplers |
+//! | `RmsNormModulate` | `rms_norm_modulate` | [`ops::rms_norm_modulate`](crate::ops::rms_norm_modulate) (norm + adaLN modulation) | DiT |
+//! | `GatedResidualAdd` | `gated_residual_add` | [`ops::gated_residual_add`](crate::ops::gated_residual_add) | DiT |
+//! | `SplitHeads`, `MergeHeads` | `split_heads`, `merge_heads` | [`ops::split_heads`](crate::ops::split_heads) (QK-norm + RoPE), [`ops::merge_heads`](crate::ops::merge_heads) | DiT |
+//! | `Axpby` | `axpby` | [`ops::axpby`](crate::ops::axpby) (per-item `a·x + b·y`) | samplers |
+//! | `ApgGuidance` | `apg_guidance` | [`ops::apg_guidance`](crate::ops::apg_guidance) (CFG, APG, norm clamp) | samplers |
+//! | `Pad` | `pad` | [`ops::pad`](crate::ops::pad) (zeros along one dimension) | SAME (patching, chunk padding) |
+//! | `RopeTable` | `rope_table` | [`ops::rope_table`](crate::ops::rope_table) (tables at absolute positions) | SAME |
+//! | `QkvHeads` | `qkv_heads` | [`ops::qkv_heads`](crate::ops::qkv_heads) (head split + DyT QK-norm + partial RoPE, one pass) | SAME |
+//! | `StdLast` | `std_last` | [`ops::std_last`](crate::ops::std_last) | SAME bottleneck noise without `running_std` |
+//! | `FourierFeatures` | `fourier_features` | [`ops::fourier_features`](crate::ops::fourier_features) | number conditioners, DiT timestep |
+//! | `FillMaskedRows` | `fill_masked_rows` | [`ops::fill_masked_rows`](crate::ops::fill_masked_rows) | prompt padding, unconditional context |
+//! | `TorchBf16Linear`, `TorchBf16Attention`, `TorchBf16RmsNorm`, `TorchBf16Rope`, `TorchBf16GeluTanh`, `TorchBf16Round`, `TorchBf16Binary` | `torch_bf16_linear`, `torch_bf16_attention`, `torch_bf16_rms_norm`, `torch_bf16_rope`, `torch_bf16_gelu_tanh`, `torch_bf16_round`, `torch_bf16_binary` | [`ops::torch_bf16`](crate::ops::torch_bf16) (PyTorch's AVX2 bf16 arithmetic, bit for bit) | T5Gemma in its bf16 replay |
+//!
+//! Views (`narrow`, `transpose`, `permute`, `unsqueeze`, `squeeze`, `reshape` of contiguous
+//! data) only change the layout and work on every device. [`Op::NAMES`] lists the set.
+
+use std::sync::Arc;
+
+use crate::{CoreError, Result, Tensor};
+
+mod op;
+pub use op::{device_of, AttnSpec, BinaryOp, Op, UnaryOp};
+
+/// Where a tensor lives.
+#[derive(Clone)]
+pub enum Device {
+    /// Host memory (owned or memory-mapped).
+    Cpu,
+    /// Memory owned by a device backend.
+    Backend(Arc<dyn Backend>),
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Device::Cpu => f.write_str("Cpu"),
+            Device::Backend(b) => write!(f, "Backend({})", b.name()),
+        }
+    }
+}
+
+impl Device {
+    /// Whether this is the CPU.
+    pub fn is_cpu(&self) -> bool {
+        matches!(self, Device::Cpu)
+    }
+
+    /// Move a tensor to this device.
+    pub fn put(&self, t: &Tensor) -> Result<Tensor> {
+        match (self, t.device()) {
+            (Device::Cpu, Device::Cpu) => Ok(t.clone()),
+            (Device::Cpu, Device::Backend(b)) => b.to_cpu(t),
+            (Device::Backend(b), _) => b.upload(&t.contiguous_on_cpu()?),
+        }
+    }
+}
+
+impl Tensor {
+    /// A CPU copy of a tensor that may live on a device.
+    pub fn to_cpu(&self) -> Result<Tensor> {
+        Device::Cpu.put(self)
+    }
+
+    fn contiguous_on_cpu(&self) -> Result<Tensor> {
+        self.to_cpu()?.contiguous()
+    }
+}
+
+/// A compute backend for device-resident tensors.
+///
+/// [`Backend::run`] receives every op whose operands live on this backend (CPU operands may be
+/// mixed in: the backend decides whether it accepts them). Its default returns
+/// [`CoreError::Unsupported`], so a backend grows op by op.
+pub trait Backend: Send + Sync {
+    /// A short name ("wgpu", "cuda").
+    fn name(&self) -> &str;
+
+    /// Copy a contiguous CPU tensor to the device.
+    fn upload(&self, t: &Tensor) -> Result<Tensor>;
+
+    /// Copy a device tensor back to the CPU.
+    fn to_cpu(&self, t: &Tensor) -> Result<Tensor>;
+
+    /// Run one op of the set. The default supports none.
+    fn run(&self, op: Op) -> Result<Tensor> {
+        Err(self.unsupported(&op))
+    }
+
+    /// The error for an op this backend does not implement.
+    fn unsupported(&self, op: &Op) -> CoreError {
+        CoreError::Unsupported {
+            op: op.name(),
+            backend: self.name().to_string(),
+        }
+    }
+}

@@ -1,0 +1,429 @@
+//! The op set: every op a model runs, as one value a [`Backend`] can execute.
+//!
+//! Each function of [`crate::ops`] (and the data-moving methods of [`Tensor`]) first asks
+//! [`device_of`] where its inputs live. On the CPU it runs its kernels directly; when an input
+//! lives on a device backend it builds the matching [`Op`] and hands it to [`Backend::run`].
+//! An op that backend does not implement comes back as [`CoreError::Unsupported`] naming the
+//! op and the backend: nothing is ever downloaded to the CPU behind the caller's back.
+//!
+//! [`Op::run_cpu`] is the CPU reference of every op (the same code the ops run on CPU
+//! tensors). A backend can use it for ops it has no kernel for, after moving the operands
+//! itself, which is what the counting test backend does.
+
+use std::sync::Arc;
+
+use crate::backend::{Backend, Device};
+use crate::ops::{self, AttnOpts, GluAct, KeyMaskMode, RmsStyle};
+use crate::{CoreError, DType, Result, Tensor};
+
+/// Elementwise functions of one tensor (see [`Op::Unary`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum UnaryOp {
+    /// `x·σ(x)`.
+    Silu,
+    /// `σ(x) = 1/(1+e^{-x})`.
+    Sigmoid,
+    /// `tanh(x)`.
+    Tanh,
+    /// `sin(π·x)` (π as the reference writes it).
+    SinPi,
+    /// Exact GELU (erf form).
+    Gelu,
+    /// GELU, tanh approximation.
+    GeluTanh,
+}
+
+/// Elementwise functions of two tensors with NumPy broadcasting (see [`Op::Binary`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BinaryOp {
+    /// `a + b`.
+    Add,
+    /// `a − b`.
+    Sub,
+    /// `a ⊙ b`.
+    Mul,
+    /// `a / b`.
+    Div,
+}
+
+/// The owned form of [`AttnOpts`] carried by [`Op::Attention`].
+#[derive(Debug, Clone)]
+pub struct AttnSpec {
+    /// See [`AttnOpts::scale`].
+    pub scale: f32,
+    /// See [`AttnOpts::softcap`].
+    pub softcap: Option<f32>,
+    /// See [`AttnOpts::key_mask`].
+    pub key_mask: Option<Tensor>,
+    /// See [`AttnOpts::mask_mode`].
+    pub mask_mode: KeyMaskMode,
+    /// See [`AttnOpts::window`].
+    pub window: Option<(usize, usize)>,
+}
+
+impl AttnSpec {
+    /// Capture borrowed options.
+    pub fn of(o: &AttnOpts<'_>) -> AttnSpec {
+        AttnSpec {
+            scale: o.scale,
+            softcap: o.softcap,
+            key_mask: o.key_mask.cloned(),
+            mask_mode: o.mask_mode,
+            window: o.window,
+        }
+    }
+
+    /// The borrowed options.
+    pub fn opts(&self) -> AttnOpts<'_> {
+        AttnOpts {
+            scale: self.scale,
+            softcap: self.softcap,
+            key_mask: self.key_mask.as_ref(),
+            mask_mode: self.mask_mode,
+            window: self.window,
+        }
+    }
+}
+
+/// Something that holds tensors an [`Op`] reads (used to visit every operand).
+trait Operands {
+    fn visit<'a>(&'a mut self, out: &mut Vec<&'a mut Tensor>);
+}
+
+impl Operands for Tensor {
+    fn visit<'a>(&'a mut self, out: &mut Vec<&'a mut Tensor>) {
+        out.push(self);
+    }
+}
+impl<T: Operands> Operands for Option<T> {
+    fn visit<'a>(&'a mut self, out: &mut Vec<&'a mut Tensor>) {
+        if let Some(t) = self {
+            t.visit(out);
+        }
+    }
+}
+impl<T: Operands> Operands for Vec<T> {
+    fn visit<'a>(&'a mut self, out: &mut Vec<&'a mut Tensor>) {
+        self.iter_mut().for_each(|t| t.visit(out));
+    }
+}
+impl<A: Operands, B: Operands> Operands for (A, B) {
+    fn visit<'a>(&'a mut self, out: &mut Vec<&'a mut Tensor>) {
+        self.0.visit(out);
+        self.1.visit(out);
+    }
+}
+impl Operands for AttnSpec {
+    fn visit<'a>(&'a mut self, out: &mut Vec<&'a mut Tensor>) {
+        self.key_mask.visit(out);
+    }
+}
+macro_rules! no_operands {
+    ($($t:ty),*) => {$(
+        impl Operands for $t {
+            fn visit<'a>(&'a mut self, _: &mut Vec<&'a mut Tensor>) {}
+        }
+    )*};
+}
+no_operands!(f32, usize, bool, DType, UnaryOp, BinaryOp, GluAct, RmsStyle);
+no_operands!(ops::FourierLayout);
+
+macro_rules! op_set {
+    ($(
+        $(#[doc = $doc:literal])*
+        $variant:ident $name:literal { $($field:ident : $ty:ty),* $(,)? }
+    ),* $(,)?) => {
+        /// One call of the op set (operands owned: a [`Tensor`] clone is cheap).
+        ///
+        /// The variants are the whole contract between model code and a backend; see the table
+        /// in [`crate::backend`].
+        #[derive(Debug, Clone)]
+        #[non_exhaustive]
+        pub enum Op {
+            $(
+                $(#[doc = $doc])*
+                #[allow(missing_docs)]
+                $variant { $($field: $ty),* },
+            )*
+        }
+
+        impl Op {
+            /// The op's name (as in [`CoreError::Unsupported`]).
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $(Op::$variant { .. } => $name,)*
+                }
+            }
+
+            /// Every tensor operand, for a backend that moves or inspects them.
+            pub fn operands_mut(&mut self) -> Vec<&mut Tensor> {
+                let mut out = Vec::new();
+                match self {
+                    $(Op::$variant { $($field),* } => { $( $field.visit(&mut out); )* })*
+                }
+                out
+            }
+
+            /// The names of every op of the set, in declaration order.
+            pub const NAMES: &'static [&'static str] = &[$($name),*];
+        }
+    };
+}
+
+op_set! {
+    /// `y = x·Wᵀ + b` ([`ops::linear`]).
+    Linear "linear" { x: Tensor, w: Tensor, b: Option<Tensor> },
+    /// Batched `[.., M, K]·[.., K, N]` ([`ops::matmul`]).
+    Matmul "matmul" { a: Tensor, b: Tensor },
+    /// 1-D convolution, stride 1 ([`ops::conv1d`]).
+    Conv1d "conv1d" { x: Tensor, w: Tensor, b: Option<Tensor>, padding: usize },
+    /// Scaled-dot-product attention, full or banded, optionally differential
+    /// ([`ops::attention`], [`ops::attention_diff`]).
+    Attention "attention" { q: Tensor, k: Tensor, v: Tensor, diff: Option<(Tensor, Tensor)>, opts: AttnSpec },
+    /// An elementwise function ([`ops::silu`], [`ops::gelu`], ...).
+    Unary "unary" { x: Tensor, f: UnaryOp },
+    /// `x·a + b` with scalars ([`ops::affine`]).
+    Affine "affine" { x: Tensor, a: f32, b: f32 },
+    /// `x·s` ([`ops::mul_scalar`]).
+    MulScalar "mul_scalar" { x: Tensor, s: f32 },
+    /// `x + s` ([`ops::add_scalar`]).
+    AddScalar "add_scalar" { x: Tensor, s: f32 },
+    /// Broadcasting `a ∘ b` ([`ops::add`], [`ops::sub`], [`ops::mul`], [`ops::div`]).
+    Binary "binary" { a: Tensor, b: Tensor, f: BinaryOp },
+    /// Gated linear unit ([`ops::glu`]).
+    Glu "glu" { x: Tensor, act: GluAct },
+    /// Softmax over the last dimension ([`ops::softmax_last`]).
+    Softmax "softmax" { x: Tensor },
+    /// Row gather ([`ops::embedding`]).
+    Embedding "embedding" { ids: Tensor, table: Tensor },
+    /// Rotary embedding, rotate-half ([`ops::rope`]).
+    Rope "rope" { x: Tensor, cos: Tensor, sin: Tensor },
+    /// RMSNorm ([`ops::rms_norm`]).
+    RmsNorm "rms_norm" { x: Tensor, w: Option<Tensor>, eps: f32, style: RmsStyle },
+    /// LayerNorm ([`ops::layer_norm`]).
+    LayerNorm "layer_norm" { x: Tensor, w: Option<Tensor>, b: Option<Tensor>, eps: f32 },
+    /// Dynamic tanh ([`ops::dyt`]).
+    Dyt "dyt" { x: Tensor, alpha: f32, gamma: Tensor, beta: Tensor },
+    /// Sliding "same" windows of a token-major sequence ([`ops::unfold`]).
+    Unfold "unfold" { x: Tensor, k: usize },
+    /// A strided or broadcast view made contiguous ([`Tensor::contiguous`]).
+    Contiguous "contiguous" { x: Tensor },
+    /// A dtype conversion ([`Tensor::to_dtype`]).
+    ToDtype "to_dtype" { x: Tensor, dtype: DType },
+    /// Concatenation along a dimension ([`Tensor::cat`]).
+    Cat "cat" { xs: Vec<Tensor>, dim: usize },
+    /// RMSNorm with a gain, then the adaLN modulation ([`ops::rms_norm_modulate`]).
+    RmsNormModulate "rms_norm_modulate" { x: Tensor, gamma: Tensor, eps: f32, scale_shift: Option<(Tensor, Tensor)> },
+    /// `h + u ⊙ gate` onto the last tokens, masked rows kept ([`ops::gated_residual_add`]).
+    GatedResidualAdd "gated_residual_add" { h: Tensor, u: Tensor, gate: Option<Tensor>, row_mask: Option<Tensor> },
+    /// Heads of a projection's column block, with RMS QK-norm and RoPE ([`ops::split_heads`]).
+    SplitHeads "split_heads" { x: Tensor, col: usize, heads: usize, head_dim: usize, norm: Option<(Tensor, f32)>, rope: Option<(Tensor, Tensor)> },
+    /// `[B, H, N, D]` → `[B, N, H·D]`, masked rows zeroed ([`ops::merge_heads`]).
+    MergeHeads "merge_heads" { x: Tensor, row_mask: Option<Tensor> },
+    /// `a_i·x + b_i·y` per batch item ([`ops::axpby`]).
+    Axpby "axpby" { a: Vec<f32>, x: Tensor, b: Vec<f32>, y: Tensor },
+    /// CFG with the APG projection ([`ops::apg_guidance`]).
+    ApgGuidance "apg_guidance" { x: Tensor, v_cond: Tensor, v_uncond: Tensor, sigma: Vec<f32>, mask: Option<Tensor>, cfg_scale: f32, apg_scale: f32, norm_threshold: f32 },
+    /// Zero padding along one dimension ([`ops::pad`]).
+    Pad "pad" { x: Tensor, dim: usize, before: usize, after: usize },
+    /// Rotary tables at absolute positions ([`ops::rope_table`]).
+    RopeTable "rope_table" { inv_freq: Tensor, pos0: usize, n: usize },
+    /// One projection of a fused q/k/v output as heads, with DyT and RoPE ([`ops::qkv_heads`]).
+    QkvHeads "qkv_heads" { x: Tensor, parts: usize, part: usize, heads: usize, alpha: f32, norm: Option<(Tensor, Tensor)>, rope: Option<(Tensor, Tensor)> },
+    /// Unbiased standard deviation over the last dimension ([`ops::std_last`]).
+    StdLast "std_last" { x: Tensor },
+    /// Fourier features of scalars ([`ops::fourier_features`]).
+    FourierFeatures "fourier_features" { values: Tensor, freqs: Tensor, layout: ops::FourierLayout },
+    /// Masked sequence rows replaced by a row or zeros ([`ops::fill_masked_rows`]).
+    FillMaskedRows "fill_masked_rows" { x: Tensor, mask: Tensor, fill: Option<Tensor> },
+    /// PyTorch-AVX2 bf16 replay: `linear` ([`ops::torch_bf16::linear`]).
+    TorchBf16Linear "torch_bf16_linear" { x: Tensor, w: Tensor, b: Option<Tensor> },
+    /// PyTorch-AVX2 bf16 replay: flash attention ([`ops::torch_bf16::attention`]).
+    TorchBf16Attention "torch_bf16_attention" { q: Tensor, k: Tensor, v: Tensor, opts: AttnSpec },
+    /// PyTorch-AVX2 bf16 replay: Gemma RMSNorm ([`ops::torch_bf16::rms_norm`]).
+    TorchBf16RmsNorm "torch_bf16_rms_norm" { x: Tensor, w: Tensor, eps: f32 },
+    /// PyTorch-AVX2 bf16 replay: rotary embedding ([`ops::torch_bf16::rope`]).
+    TorchBf16Rope "torch_bf16_rope" { x: Tensor, cos: Tensor, sin: Tensor },
+    /// PyTorch-AVX2 bf16 replay: `gelu_pytorch_tanh` ([`ops::torch_bf16::gelu_tanh`]).
+    TorchBf16GeluTanh "torch_bf16_gelu_tanh" { x: Tensor },
+    /// PyTorch-AVX2 bf16 replay: rounding to bf16 ([`ops::torch_bf16::round_tensor`]).
+    TorchBf16Round "torch_bf16_round" { x: Tensor },
+    /// PyTorch-AVX2 bf16 replay: rounded `a ∘ b` ([`ops::torch_bf16::binary`]).
+    TorchBf16Binary "torch_bf16_binary" { a: Tensor, b: Tensor, f: BinaryOp },
+}
+
+impl Op {
+    /// Run on the CPU. Every operand must be a CPU tensor (a device operand would send the op
+    /// back to its backend).
+    pub fn run_cpu(&self) -> Result<Tensor> {
+        match self {
+            Op::Linear { x, w, b } => ops::linear(x, w, b.as_ref()),
+            Op::Matmul { a, b } => ops::matmul(a, b),
+            Op::Conv1d { x, w, b, padding } => ops::conv1d(x, w, b.as_ref(), *padding),
+            Op::Attention {
+                q,
+                k,
+                v,
+                diff,
+                opts,
+            } => match diff {
+                None => ops::attention(q, k, v, &opts.opts()),
+                Some((q2, k2)) => ops::attention_diff(q, k, q2, k2, v, &opts.opts()),
+            },
+            Op::Unary { x, f } => match f {
+                UnaryOp::Silu => ops::silu(x),
+                UnaryOp::Sigmoid => ops::sigmoid(x),
+                UnaryOp::Tanh => ops::tanh(x),
+                UnaryOp::SinPi => ops::sin_pi(x),
+                UnaryOp::Gelu => ops::gelu(x),
+                UnaryOp::GeluTanh => ops::gelu_tanh(x),
+            },
+            Op::Affine { x, a, b } => ops::affine(x, *a, *b),
+            Op::MulScalar { x, s } => ops::mul_scalar(x, *s),
+            Op::AddScalar { x, s } => ops::add_scalar(x, *s),
+            Op::Binary { a, b, f } => match f {
+                BinaryOp::Add => ops::add(a, b),
+                BinaryOp::Sub => ops::sub(a, b),
+                BinaryOp::Mul => ops::mul(a, b),
+                BinaryOp::Div => ops::div(a, b),
+            },
+            Op::Glu { x, act } => ops::glu(x, *act),
+            Op::Softmax { x } => ops::softmax_last(x),
+            Op::Embedding { ids, table } => ops::embedding(ids, table),
+            Op::Rope { x, cos, sin } => ops::rope(x, cos, sin),
+            Op::RmsNorm { x, w, eps, style } => ops::rms_norm(x, w.as_ref(), *eps, *style),
+            Op::LayerNorm { x, w, b, eps } => ops::layer_norm(x, w.as_ref(), b.as_ref(), *eps),
+            Op::Dyt {
+                x,
+                alpha,
+                gamma,
+                beta,
+            } => ops::dyt(x, *alpha, gamma, beta),
+            Op::Unfold { x, k } => ops::unfold(x, *k),
+            Op::Contiguous { x } => x.contiguous(),
+            Op::ToDtype { x, dtype } => x.to_dtype(*dtype),
+            Op::FourierFeatures {
+                values,
+                freqs,
+                layout,
+            } => ops::fourier_features(values, freqs, *layout),
+            Op::FillMaskedRows { x, mask, fill } => ops::fill_masked_rows(x, mask, fill.as_ref()),
+            Op::TorchBf16Linear { x, w, b } => ops::torch_bf16::linear(x, w, b.as_ref()),
+            Op::TorchBf16Attention { q, k, v, opts } => {
+                ops::torch_bf16::attention(q, k, v, &opts.opts())
+            }
+            Op::TorchBf16RmsNorm { x, w, eps } => ops::torch_bf16::rms_norm(x, w, *eps),
+            Op::TorchBf16Rope { x, cos, sin } => ops::torch_bf16::rope(x, cos, sin),
+            Op::TorchBf16GeluTanh { x } => ops::torch_bf16::gelu_tanh(x),
+            Op::TorchBf16Round { x } => ops::torch_bf16::round_tensor(x),
+            Op::TorchBf16Binary { a, b, f } => ops::torch_bf16::binary(a, b, *f),
+            Op::Cat { xs, dim } => {
+                let refs: Vec<&Tensor> = xs.iter().collect();
+                Tensor::cat(&refs, *dim)
+            }
+            Op::RmsNormModulate {
+                x,
+                gamma,
+                eps,
+                scale_shift,
+            } => ops::rms_norm_modulate(x, gamma, *eps, scale_shift.as_ref().map(|(a, b)| (a, b))),
+            Op::GatedResidualAdd {
+                h,
+                u,
+                gate,
+                row_mask,
+            } => ops::gated_residual_add(h, u, gate.as_ref(), row_mask.as_ref()),
+            Op::SplitHeads {
+                x,
+                col,
+                heads,
+                head_dim,
+                norm,
+                rope,
+            } => ops::split_heads(
+                x,
+                *col,
+                *heads,
+                *head_dim,
+                norm.as_ref().map(|(g, e)| (g, *e)),
+                rope.as_ref().map(|(c, s)| (c, s)),
+            ),
+            Op::MergeHeads { x, row_mask } => ops::merge_heads(x, row_mask.as_ref()),
+            Op::Axpby { a, x, b, y } => ops::axpby(a, x, b, y),
+            Op::ApgGuidance {
+                x,
+                v_cond,
+                v_uncond,
+                sigma,
+                mask,
+                cfg_scale,
+                apg_scale,
+                norm_threshold,
+            } => ops::apg_guidance(
+                x,
+                v_cond,
+                v_uncond,
+                sigma,
+                mask.as_ref(),
+                *cfg_scale,
+                *apg_scale,
+                *norm_threshold,
+            ),
+            Op::Pad {
+                x,
+                dim,
+                before,
+                after,
+            } => ops::pad(x, *dim, *before, *after),
+            Op::RopeTable { inv_freq, pos0, n } => ops::rope_table(inv_freq, *pos0, *n),
+            Op::QkvHeads {
+                x,
+                parts,
+                part,
+                heads,
+                alpha,
+                norm,
+                rope,
+            } => ops::qkv_heads(
+                x,
+                *parts,
+                *part,
+                *heads,
+                norm.as_ref().map(|(gamma, beta)| ops::HeadNorm {
+                    alpha: *alpha,
+                    gamma,
+                    beta,
+                }),
+                rope.as_ref().map(|(c, s)| (c, s)),
+            ),
+            Op::StdLast { x } => ops::std_last(x),
+        }
+    }
+}
+
+/// The backend that owns any of `tensors` (`None`: all on the CPU). Tensors on two different
+/// backends are an error. CPU tensors mixed with device tensors are passed to the backend,
+/// which decides (the counting test backend counts them as implicit uploads).
+pub fn device_of(
+    op: &'static str,
+    tensors: &[Option<&Tensor>],
+) -> Result<Option<Arc<dyn Backend>>> {
+    let mut found: Option<Arc<dyn Backend>> = None;
+    for t in tensors.iter().flatten() {
+        if let Device::Backend(b) = t.device() {
+            match &found {
+                None => found = Some(b),
+                Some(f) if f.name() == b.name() => {}
+                Some(f) => {
+                    return Err(CoreError::Backend {
+                        backend: f.name().to_string(),
+                        reason: format!("{op}: operands live on {} and on {}", f.name(), b.name()),
+                    })
+                }
+            }
+        }
+    }
+    Ok(found)
+}

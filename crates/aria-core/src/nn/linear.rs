@@ -1,0 +1,259 @@
+//! [`Linear`]: `y = x·Wᵀ + b` over any [`Weight`] kind, with run-time adapters.
+
+use std::sync::Arc;
+
+use super::weight::{Adapter, Weight};
+use crate::{ops, CoreError, Device, Result, Tensor, WeightLoader};
+
+/// Whether a layer has a bias (`<key>.bias` in the checkpoint).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bias {
+    /// Load `<key>.bias` `[out]`.
+    Yes,
+    /// No bias.
+    No,
+}
+
+/// A linear layer `y = x·Wᵀ + b` (`x [.., in]` → `[.., out]`), also used for kernel-1
+/// convolutions ([`Linear::load_conv1x1`]).
+///
+/// The weight is a [`Weight`] (dense or packed). Adapters set with [`Linear::set_adapters`]
+/// apply in order at their strengths: on a dense weight the adapted matrix is computed once
+/// (the checkpoint weight stays untouched, so removing the adapters or changing a strength
+/// recomputes it from the original); on a packed weight low-rank adapters run as a run-time
+/// delta.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    name: String,
+    weight: Weight,
+    bias: Option<Tensor>,
+    stored_shape: Vec<usize>,
+    adapters: Vec<(Arc<dyn Adapter>, f32)>,
+    merged: Option<Tensor>,
+}
+
+fn shape_err(name: &str, reason: String) -> CoreError {
+    CoreError::Invalid(format!("layer `{name}`: {reason}"))
+}
+
+impl Linear {
+    /// Load `weight` `[out, in]` (and `bias` `[out]` with [`Bias::Yes`]) under `vb`'s prefix,
+    /// in the stored dtype (memory-mapped when the file allows).
+    pub fn load(vb: &WeightLoader, in_dim: usize, out_dim: usize, bias: Bias) -> Result<Self> {
+        let w = vb.get("weight", &[out_dim, in_dim])?;
+        Self::finish(vb, w, vec![out_dim, in_dim], out_dim, bias)
+    }
+
+    /// Load a kernel-1 `Conv1d` weight `[out, in, 1]` as a linear layer over the channel axis.
+    pub fn load_conv1x1(
+        vb: &WeightLoader,
+        in_dim: usize,
+        out_dim: usize,
+        bias: Bias,
+    ) -> Result<Self> {
+        let w = vb
+            .get("weight", &[out_dim, in_dim, 1])?
+            .reshape(&[out_dim, in_dim])?;
+        Self::finish(vb, w, vec![out_dim, in_dim, 1], out_dim, bias)
+    }
+
+    fn finish(
+        vb: &WeightLoader,
+        w: Tensor,
+        stored_shape: Vec<usize>,
+        out_dim: usize,
+        bias: Bias,
+    ) -> Result<Self> {
+        let bias = match bias {
+            Bias::Yes => Some(vb.get("bias", &[out_dim])?),
+            Bias::No => None,
+        };
+        Ok(Linear {
+            name: vb.prefix().trim_end_matches('.').to_string(),
+            weight: Weight::Dense(w),
+            bias,
+            stored_shape,
+            adapters: Vec::new(),
+            merged: None,
+        })
+    }
+
+    /// A layer from parts (`weight [out, in]`, `bias [out]`); `name` is used in messages and
+    /// adapter matching.
+    pub fn new(name: impl Into<String>, weight: Weight, bias: Option<Tensor>) -> Result<Self> {
+        let name = name.into();
+        let [out, inn] = weight.shape();
+        if let Weight::Dense(t) = &weight {
+            if t.rank() != 2 {
+                return Err(shape_err(
+                    &name,
+                    format!("weight shape {:?}, expected [out, in]", t.shape()),
+                ));
+            }
+        }
+        if let Some(b) = &bias {
+            if b.shape() != [out] {
+                return Err(shape_err(
+                    &name,
+                    format!("bias shape {:?}, expected [{out}]", b.shape()),
+                ));
+            }
+        }
+        Ok(Linear {
+            name,
+            weight,
+            bias,
+            stored_shape: vec![out, inn],
+            adapters: Vec::new(),
+            merged: None,
+        })
+    }
+
+    /// The full checkpoint key of the layer (without `.weight`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Input width.
+    pub fn in_dim(&self) -> usize {
+        self.weight.shape()[1]
+    }
+
+    /// Output width.
+    pub fn out_dim(&self) -> usize {
+        self.weight.shape()[0]
+    }
+
+    /// The weight as loaded or packed (adapters not applied).
+    pub fn weight(&self) -> &Weight {
+        &self.weight
+    }
+
+    /// The bias.
+    pub fn bias(&self) -> Option<&Tensor> {
+        self.bias.as_ref()
+    }
+
+    /// The weight's shape in the checkpoint (`[out, in]`, or `[out, in, 1]` for a kernel-1
+    /// convolution).
+    pub fn stored_shape(&self) -> &[usize] {
+        &self.stored_shape
+    }
+
+    /// The dense matrix the layer computes with: the adapted one when adapters are set, else
+    /// the dense weight (`None` for a packed weight).
+    pub fn effective_weight(&self) -> Option<&Tensor> {
+        self.merged.as_ref().or(self.weight.dense())
+    }
+
+    /// Replace the weight (e.g. by its packed form); adapters are re-applied.
+    pub fn set_weight(&mut self, weight: Weight) -> Result<()> {
+        if weight.shape() != self.weight.shape() {
+            return Err(shape_err(
+                &self.name,
+                format!(
+                    "new weight {:?} does not match {:?}",
+                    weight.shape(),
+                    self.weight.shape()
+                ),
+            ));
+        }
+        self.weight = weight;
+        self.refresh()
+    }
+
+    /// Set the adapters and their strengths (applied in order; empty: none). Nothing is
+    /// reloaded: the adapted matrix is recomputed from the original weight.
+    pub fn set_adapters(&mut self, adapters: Vec<(Arc<dyn Adapter>, f32)>) -> Result<()> {
+        self.adapters = adapters;
+        self.refresh()
+    }
+
+    /// The adapters and their strengths.
+    pub fn adapters(&self) -> &[(Arc<dyn Adapter>, f32)] {
+        &self.adapters
+    }
+
+    /// Whether adapters are applied.
+    pub fn is_adapted(&self) -> bool {
+        !self.adapters.is_empty()
+    }
+
+    fn refresh(&mut self) -> Result<()> {
+        self.merged = None;
+        if self.adapters.is_empty() {
+            return Ok(());
+        }
+        match &self.weight {
+            Weight::Dense(w) => {
+                let mut cur = w.clone();
+                for (a, s) in &self.adapters {
+                    let m = a.merge(&cur, *s)?;
+                    if m.shape() != w.shape() {
+                        return Err(shape_err(
+                            &self.name,
+                            format!(
+                                "adapter {} produced {:?}, expected {:?}",
+                                a.describe(),
+                                m.shape(),
+                                w.shape()
+                            ),
+                        ));
+                    }
+                    cur = m;
+                }
+                self.merged = Some(cur);
+            }
+            Weight::Packed(_) => {
+                if let Some((a, _)) = self.adapters.iter().find(|(a, _)| a.low_rank().is_none()) {
+                    return Err(shape_err(
+                        &self.name,
+                        format!(
+                            "adapter {} has no low-rank form and cannot run on a packed weight",
+                            a.describe()
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Move the weight and bias to `device` (dense weights only; adapters are re-applied there).
+    pub fn to_device(&mut self, device: &Device) -> Result<()> {
+        if let Weight::Dense(w) = &self.weight {
+            self.weight = Weight::Dense(device.put(w)?);
+        } else if !device.is_cpu() {
+            return Err(shape_err(
+                &self.name,
+                "a packed weight cannot move to a device backend".into(),
+            ));
+        }
+        if let Some(b) = &self.bias {
+            self.bias = Some(device.put(b)?);
+        }
+        if let Some(m) = &self.merged {
+            self.merged = Some(device.put(m)?);
+        }
+        Ok(())
+    }
+
+    /// `x·Wᵀ + b` for `x [.., in]`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if let Some(w) = self.effective_weight() {
+            return ops::linear(x, w, self.bias.as_ref());
+        }
+        let Weight::Packed(p) = &self.weight else {
+            return Err(shape_err(&self.name, "no weight".into()));
+        };
+        let mut y = p.linear(x, self.bias.as_ref())?;
+        for (a, s) in &self.adapters {
+            if let Some(lr) = a.low_rank() {
+                let h = ops::linear(x, &lr.a, None)?;
+                let d = ops::linear(&h, &lr.b, None)?;
+                y = ops::add(&y, &ops::mul_scalar(&d, lr.scale * s)?)?;
+            }
+        }
+        Ok(y)
+    }
+}

@@ -1,0 +1,44 @@
+//! Data-layout ops: copies that rearrange elements without arithmetic.
+
+use rayon::prelude::*;
+
+use super::{f32_data, route};
+use crate::backend::Op;
+use crate::{threads, CoreError, Result, Tensor};
+
+/// Sliding windows of a token-major sequence for a "same" convolution: `x [B, L, C]` →
+/// `[B, L, k·C]`, where row `t` holds `x[t − k/2] … x[t + k/2]` (window position major) and
+/// positions outside `0..L` are zeros. `k` must be odd.
+pub fn unfold(x: &Tensor, k: usize) -> Result<Tensor> {
+    route!("unfold", [x], Op::Unfold { x: x.clone(), k });
+    let s = x.shape();
+    if s.len() != 3 || k.is_multiple_of(2) {
+        return Err(CoreError::shape(
+            "unfold",
+            format!("need x [B, L, C] and an odd window (got {k})"),
+            &[s],
+        ));
+    }
+    let (b, l, c) = (s[0], s[1], s[2]);
+    let xd = f32_data(x)?;
+    let half = k / 2;
+    let mut col = vec![0f32; b * l * k * c];
+    if k * c > 0 {
+        threads::install(|| {
+            col.par_chunks_mut(k * c)
+                .enumerate()
+                .for_each(|(row_i, row)| {
+                    let (bi, t) = (row_i / l, row_i % l);
+                    for kk in 0..k {
+                        let src = t + kk;
+                        if src >= half && src - half < l {
+                            let st = src - half;
+                            row[kk * c..(kk + 1) * c]
+                                .copy_from_slice(&xd[(bi * l + st) * c..][..c]);
+                        }
+                    }
+                })
+        });
+    }
+    Tensor::from_vec(col, &[b, l, k * c])
+}

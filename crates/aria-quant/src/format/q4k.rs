@@ -1,0 +1,187 @@
+//! `q4_k`: a k-quant 4-bit format. Super-blocks of 256 weights in 8 sub-blocks of 32; each
+//! sub-block has a 6-bit scale `sc_j` and a 6-bit min `m_j`, quantized under the super-block's
+//! f16 `d` and `dmin` (4.5 bits per weight). The byte layout is the one of ggml's `Q4_K`.
+
+use super::{f16_at_least, f16_le, round_clamp, BlockFormat, Format};
+
+/// One `q4_k` super-block: weight `i` of sub-block `j` is `d·sc_j · q − dmin·m_j`, `q ∈ [0, 15]`.
+///
+/// - `scales` packs the eight 6-bit `(sc_j, m_j)`: for `j < 4`, `sc_j = scales[j] & 63` and
+///   `m_j = scales[j + 4] & 63`; for `j ≥ 4`, the low 4 bits are in `scales[j + 4]` (`sc` low
+///   nibble, `m` high nibble) and the high 2 bits in the top bits of `scales[j − 4]` (`sc`)
+///   and `scales[j]` (`m`).
+/// - `qs[32c + l]` holds weight `64c + l` in its low nibble and `64c + 32 + l` in its high
+///   nibble (`c < 4`, `l < 32`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockQ4K {
+    /// Super-block scale of the sub-block scales, f16 little-endian.
+    pub d: [u8; 2],
+    /// Super-block scale of the sub-block mins, f16 little-endian.
+    pub dmin: [u8; 2],
+    /// Packed 6-bit sub-block scales and mins.
+    pub scales: [u8; 12],
+    /// 4-bit quants, two per byte.
+    pub qs: [u8; 128],
+}
+
+const _: () = assert!(std::mem::size_of::<BlockQ4K>() == 144);
+const _: () = assert!(std::mem::align_of::<BlockQ4K>() == 1);
+
+// SAFETY: `#[repr(C)]` of byte arrays only: no padding (size asserted above), alignment 1,
+// every bit pattern valid.
+unsafe impl bytemuck::Zeroable for BlockQ4K {}
+// SAFETY: as above.
+unsafe impl bytemuck::Pod for BlockQ4K {}
+
+impl BlockQ4K {
+    /// `(sc_j, m_j)` of sub-block `j < 8`.
+    #[inline(always)]
+    pub fn scale_min(&self, j: usize) -> (u8, u8) {
+        let s = &self.scales;
+        if j < 4 {
+            (s[j] & 63, s[j + 4] & 63)
+        } else {
+            (
+                (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4),
+                (s[j + 4] >> 4) | ((s[j] >> 6) << 4),
+            )
+        }
+    }
+
+    fn set_scale_min(&mut self, sc: &[u8; 8], m: &[u8; 8]) {
+        let s = &mut self.scales;
+        for j in 0..4 {
+            s[j] = sc[j] | ((sc[j + 4] >> 4) << 6);
+            s[j + 4] = m[j] | ((m[j + 4] >> 4) << 6);
+            s[j + 8] = (sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4);
+        }
+    }
+}
+
+/// The `q4_k` layout.
+pub(crate) struct Q4K;
+
+/// Candidate grids tried per sub-block by [`fit_sub`].
+const SEARCH: i32 = 12;
+
+/// Fit `x ≈ s·q − m` (`q ∈ [0, 15]`, `s ≥ 0`, `m ≥ 0` so that 0 is inside the range) by
+/// trying grids around the min-max one and refitting `s` and `m` by least squares on each
+/// grid's assignment; the pair with the smallest squared error wins.
+fn fit_sub(x: &[f32]) -> (f32, f32) {
+    let lo = x.iter().fold(0f32, |a, &v| a.min(v));
+    let hi = x.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+    if hi <= lo {
+        return (0.0, -lo);
+    }
+    let err = |s: f32, m: f32| -> f32 {
+        let is = if s > 0.0 { 1.0 / s } else { 0.0 };
+        x.iter()
+            .map(|&v| {
+                let q = round_clamp((v + m) * is, 0, 15) as f32;
+                let e = s * q - m - v;
+                e * e
+            })
+            .sum()
+    };
+    let mut best = ((hi - lo) / 15.0, -lo);
+    let mut best_err = err(best.0, best.1);
+    let n = x.len() as f32;
+    for step in -SEARCH..=SEARCH {
+        let is = (15.0 + 0.08 * step as f32) / (hi - lo);
+        let (mut sq, mut sqq, mut sx, mut sqx) = (0f32, 0f32, 0f32, 0f32);
+        for &v in x {
+            let q = round_clamp((v - lo) * is, 0, 15) as f32;
+            sq += q;
+            sqq += q * q;
+            sx += v;
+            sqx += q * v;
+        }
+        let det = n * sqq - sq * sq;
+        if det <= 0.0 {
+            continue;
+        }
+        let mut s = (n * sqx - sq * sx) / det;
+        let mut b = (sqq * sx - sq * sqx) / det;
+        if b > 0.0 {
+            b = 0.0;
+            s = sqx / sqq;
+        }
+        if s <= 0.0 {
+            continue;
+        }
+        let e = err(s, -b);
+        if e < best_err {
+            best = (s, -b);
+            best_err = e;
+        }
+    }
+    best
+}
+
+impl BlockFormat for Q4K {
+    type Block = BlockQ4K;
+    const FORMAT: Format = Format::Q4K;
+    const BLOCK_ELEMS: usize = 256;
+    const BLOCK_BYTES: usize = std::mem::size_of::<BlockQ4K>();
+    const VERSION: u32 = 1;
+
+    fn quantize(x: &[f32], out: &mut BlockQ4K) {
+        let mut s = [0f32; 8];
+        let mut m = [0f32; 8];
+        for j in 0..8 {
+            (s[j], m[j]) = fit_sub(&x[32 * j..32 * j + 32]);
+        }
+        let smax = s.iter().fold(0f32, |a, &v| a.max(v));
+        let mmax = m.iter().fold(0f32, |a, &v| a.max(v));
+        let d = f16_at_least(smax / 63.0);
+        let dmin = f16_at_least(mmax / 63.0);
+        let (df, dminf) = (d.to_f32(), dmin.to_f32());
+        let mut sc = [0u8; 8];
+        let mut mq = [0u8; 8];
+        for j in 0..8 {
+            sc[j] = if df > 0.0 {
+                round_clamp(s[j] / df, 0, 63) as u8
+            } else {
+                0
+            };
+            mq[j] = if dminf > 0.0 {
+                round_clamp(m[j] / dminf, 0, 63) as u8
+            } else {
+                0
+            };
+        }
+        out.d = d.to_le_bytes();
+        out.dmin = dmin.to_le_bytes();
+        out.set_scale_min(&sc, &mq);
+        let mut q = [0u8; 256];
+        for j in 0..8 {
+            let d1 = df * sc[j] as f32;
+            let m1 = dminf * mq[j] as f32;
+            let id = if d1 > 0.0 { 1.0 / d1 } else { 0.0 };
+            for l in 0..32 {
+                q[32 * j + l] = round_clamp((x[32 * j + l] + m1) * id, 0, 15) as u8;
+            }
+        }
+        for c in 0..4 {
+            for l in 0..32 {
+                out.qs[32 * c + l] = q[64 * c + l] | (q[64 * c + 32 + l] << 4);
+            }
+        }
+    }
+
+    #[inline]
+    fn dequantize(b: &BlockQ4K, out: &mut [f32]) {
+        let (d, dmin) = (f16_le(b.d), f16_le(b.dmin));
+        for j in 0..8 {
+            let (sc, m) = b.scale_min(j);
+            let d1 = d * sc as f32;
+            let m1 = dmin * m as f32;
+            let qs = &b.qs[32 * (j / 2)..32 * (j / 2) + 32];
+            let shift = 4 * (j % 2);
+            for (o, q) in out[32 * j..32 * j + 32].iter_mut().zip(qs) {
+                *o = d1 * ((q >> shift) & 0xF) as f32 - m1;
+            }
+        }
+    }
+}

@@ -1,0 +1,324 @@
+//! Packed safetensors files: pre-quantized weights that load without any f32 weight.
+//!
+//! A packed file is an ordinary safetensors file:
+//! - each packed weight is a `U8 [rows, row_bytes]` tensor of blocks, under the weight's own
+//!   name (e.g. `…to_qkv.weight`);
+//! - dense tensors (biases, norms, weights a policy keeps dense) are stored as they are;
+//! - `__metadata__` holds [`META_VERSION`] (the container version, [`CONTAINER_VERSION`]),
+//!   [`META_POLICY`], [`META_SOURCE`] (a checksum of the weights it was made from, compared by
+//!   [`PackedFile::check_source`]) and [`META_TABLE`], a JSON object
+//!   `{name: {"format": "q4_k/v1", "shape": [out, in], "xxh64": "<16 hex digits>"}}`.
+//!
+//! Reading checks every rule and names what breaks it: an unknown container version or format
+//! tag, a table entry without its tensor or with the wrong dtype or byte shape, a tensor whose
+//! bytes do not match their checksum ([`QuantError::Checksum`]), a file made from other
+//! weights ([`QuantError::SourceMismatch`]); a truncated or malformed file fails in the
+//! safetensors parser ([`aria_core::CoreError::SafeTensors`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use aria_core::{save_safetensors, DType, SafeTensorsFile, Tensor};
+use serde_json::{json, Value};
+
+use crate::{xxh64, Format, PackedMatrix, QuantError, Result};
+
+/// Version of the packed-file container (the metadata keys and the table).
+pub const CONTAINER_VERSION: u32 = 1;
+/// Metadata key: container version.
+pub const META_VERSION: &str = "aria.quant.version";
+/// Metadata key: the policy the file was made with.
+pub const META_POLICY: &str = "aria.quant.policy";
+/// Metadata key: checksum of the source weights.
+pub const META_SOURCE: &str = "aria.quant.source";
+/// Metadata key: the packed-tensor table.
+pub const META_TABLE: &str = "aria.quant.tensors";
+
+/// Largest dimension a packed table entry may declare.
+const MAX_DIM: usize = 1 << 32;
+
+/// What a packed file records about how it was made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PackMeta {
+    /// The policy name (e.g. `q4-mixed`).
+    pub policy: String,
+    /// Checksum of the source weights (the writer chooses how; e.g. [`xxh64`] of the source
+    /// file as 16 hex digits).
+    pub source: String,
+}
+
+/// One tensor to write.
+#[derive(Debug, Clone, Copy)]
+pub enum Entry<'a> {
+    /// A packed weight.
+    Packed(&'a PackedMatrix),
+    /// A dense tensor, written as it is.
+    Dense(&'a Tensor),
+}
+
+/// A packed tensor's table entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableEntry {
+    /// Its format.
+    pub format: Format,
+    /// Logical shape `[out, in]`.
+    pub shape: [usize; 2],
+    /// XXH64 of its bytes.
+    pub xxh64: u64,
+}
+
+/// Write `entries` and `meta` as a packed safetensors file.
+pub fn write_packed(
+    path: impl AsRef<Path>,
+    entries: &[(&str, Entry<'_>)],
+    meta: &PackMeta,
+) -> Result<()> {
+    let path = path.as_ref();
+    let mut table = serde_json::Map::new();
+    let mut tensors: Vec<(&str, &Tensor)> = Vec::with_capacity(entries.len());
+    for (name, e) in entries {
+        match e {
+            Entry::Packed(p) => {
+                table.insert(
+                    name.to_string(),
+                    json!({
+                        "format": p.format().tag(),
+                        "shape": [p.rows(), p.cols()],
+                        "xxh64": format!("{:016x}", xxh64(p.bytes()?)),
+                    }),
+                );
+                tensors.push((name, p.data()));
+            }
+            Entry::Dense(t) => tensors.push((name, t)),
+        }
+    }
+    let mut md = HashMap::new();
+    md.insert(META_VERSION.to_string(), CONTAINER_VERSION.to_string());
+    md.insert(META_POLICY.to_string(), meta.policy.clone());
+    md.insert(META_SOURCE.to_string(), meta.source.clone());
+    md.insert(META_TABLE.to_string(), Value::Object(table).to_string());
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|source| QuantError::Io {
+            path: parent.to_path_buf(),
+            source,
+        })?;
+    }
+    save_safetensors(path, &tensors, Some(&md))?;
+    Ok(())
+}
+
+/// A packed safetensors file, validated on opening (metadata, table, tensor dtypes and byte
+/// shapes); checksums are checked when a packed tensor is read.
+#[derive(Debug)]
+pub struct PackedFile {
+    path: PathBuf,
+    file: SafeTensorsFile,
+    meta: PackMeta,
+    table: BTreeMap<String, TableEntry>,
+}
+
+fn file_err(path: &Path, reason: impl Into<String>) -> QuantError {
+    QuantError::File {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+fn parse_entry(path: &Path, name: &str, v: &Value) -> Result<TableEntry> {
+    let bad = |what: &str| file_err(path, format!("{META_TABLE} entry `{name}`: {what}"));
+    let obj = v.as_object().ok_or_else(|| bad("not an object"))?;
+    let tag = obj
+        .get("format")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("no string `format`"))?;
+    let format = Format::from_tag(tag).map_err(|e| bad(&e.to_string()))?;
+    let dims: Vec<usize> = obj
+        .get("shape")
+        .and_then(Value::as_array)
+        .and_then(|a| {
+            a.iter()
+                .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
+                .collect::<Option<Vec<_>>>()
+        })
+        .ok_or_else(|| bad("`shape` is not an array of integers"))?;
+    let shape: [usize; 2] = dims
+        .as_slice()
+        .try_into()
+        .map_err(|_| bad(&format!("`shape` {dims:?} is not [out, in]")))?;
+    if shape.iter().any(|&d| d > MAX_DIM) {
+        return Err(bad(&format!("`shape` {shape:?} exceeds {MAX_DIM}")));
+    }
+    let hex = obj
+        .get("xxh64")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("no string `xxh64`"))?;
+    let xxh64 = (hex.len() == 16)
+        .then(|| u64::from_str_radix(hex, 16).ok())
+        .flatten()
+        .ok_or_else(|| bad(&format!("`xxh64` {hex:?} is not 16 hex digits")))?;
+    Ok(TableEntry {
+        format,
+        shape,
+        xxh64,
+    })
+}
+
+impl PackedFile {
+    /// Map and validate a packed file.
+    pub fn open(path: impl AsRef<Path>) -> Result<PackedFile> {
+        PackedFile::from_file(SafeTensorsFile::open(path)?)
+    }
+
+    /// Validate an opened safetensors file as a packed file.
+    pub fn from_file(file: SafeTensorsFile) -> Result<PackedFile> {
+        let path = file.path().to_path_buf();
+        let md = file.metadata();
+        let get = |k: &str| {
+            md.get(k).ok_or_else(|| {
+                file_err(
+                    &path,
+                    format!("not a packed file: metadata `{k}` is missing"),
+                )
+            })
+        };
+        let version = get(META_VERSION)?;
+        if version.parse::<u32>().ok() != Some(CONTAINER_VERSION) {
+            return Err(file_err(
+                &path,
+                format!(
+                    "packed container version {version:?}; this build reads version {CONTAINER_VERSION}"
+                ),
+            ));
+        }
+        let meta = PackMeta {
+            policy: get(META_POLICY)?.clone(),
+            source: get(META_SOURCE)?.clone(),
+        };
+        let raw: Value = serde_json::from_str(get(META_TABLE)?)
+            .map_err(|e| file_err(&path, format!("{META_TABLE} is not JSON: {e}")))?;
+        let obj = raw
+            .as_object()
+            .ok_or_else(|| file_err(&path, format!("{META_TABLE} is not a JSON object")))?;
+        let mut table = BTreeMap::new();
+        for (name, v) in obj {
+            let e = parse_entry(&path, name, v)?;
+            let info = file.tensors().get(name).ok_or_else(|| {
+                file_err(
+                    &path,
+                    format!("packed tensor `{name}` is in the table but not in the file"),
+                )
+            })?;
+            let rb = e.format.row_bytes(e.shape[1]);
+            if info.dtype != DType::U8 || info.shape != [e.shape[0], rb] {
+                return Err(file_err(
+                    &path,
+                    format!(
+                        "packed tensor `{name}` ({} {:?}) is stored as {} {:?}, expected U8 [{}, {rb}]",
+                        e.format.tag(),
+                        e.shape,
+                        info.dtype,
+                        info.shape,
+                        e.shape[0]
+                    ),
+                ));
+            }
+            table.insert(name.clone(), e);
+        }
+        Ok(PackedFile {
+            path,
+            file,
+            meta,
+            table,
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Policy and source checksum.
+    pub fn meta(&self) -> &PackMeta {
+        &self.meta
+    }
+
+    /// The packed-tensor table.
+    pub fn table(&self) -> &BTreeMap<String, TableEntry> {
+        &self.table
+    }
+
+    /// Every tensor name in the file (packed and dense).
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.file.tensors().keys().map(String::as_str)
+    }
+
+    /// Whether `name` is a packed tensor.
+    pub fn is_packed(&self, name: &str) -> bool {
+        self.table.contains_key(name)
+    }
+
+    /// Refuse a file made from other weights than `expected` (the model's source checksum).
+    pub fn check_source(&self, expected: &str) -> Result<()> {
+        if self.meta.source != expected {
+            return Err(QuantError::SourceMismatch {
+                path: self.path.clone(),
+                expected: expected.to_string(),
+                found: self.meta.source.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Refuse a file made with another policy than `expected`.
+    pub fn check_policy(&self, expected: &str) -> Result<()> {
+        if self.meta.policy != expected {
+            return Err(file_err(
+                &self.path,
+                format!(
+                    "packed with policy `{}`, expected `{expected}`",
+                    self.meta.policy
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The packed tensor `name` (borrowed from the mapping), after checking its checksum and,
+    /// with `expected`, its `[out, in]` shape.
+    pub fn packed(&self, name: &str, expected: Option<[usize; 2]>) -> Result<PackedMatrix> {
+        let e = self
+            .table
+            .get(name)
+            .ok_or_else(|| file_err(&self.path, format!("no packed tensor `{name}`")))?;
+        if let Some(want) = expected {
+            if want != e.shape {
+                return Err(file_err(
+                    &self.path,
+                    format!("packed tensor `{name}` is {:?}, expected {want:?}", e.shape),
+                ));
+            }
+        }
+        let t = self.file.tensor(name)?;
+        let found = xxh64(t.as_bytes()?);
+        if found != e.xxh64 {
+            return Err(QuantError::Checksum {
+                path: self.path.clone(),
+                tensor: name.to_string(),
+                expected: e.xxh64,
+                found,
+            });
+        }
+        PackedMatrix::from_tensor(e.format, e.shape[0], e.shape[1], t)
+    }
+
+    /// The dense tensor `name` (borrowed from the mapping when aligned).
+    pub fn dense(&self, name: &str) -> Result<Tensor> {
+        if self.is_packed(name) {
+            return Err(file_err(
+                &self.path,
+                format!("tensor `{name}` is packed; read it with `packed`"),
+            ));
+        }
+        Ok(self.file.tensor(name)?)
+    }
+}

@@ -1,0 +1,239 @@
+//! x86-64 AVX-512 micro-kernels: the f32 tile on 12 × 32 (AVX-512F) and the int8 tile on
+//! 6 × 32 with `vpdpbusd` (AVX-512 VNNI; activations offset by +128, each block's accumulator
+//! starting at `−128 · Σw`).
+#![allow(clippy::incompatible_msrv)]
+
+use std::arch::x86_64::*;
+
+use super::scalar::{f32_extents_ok, int_extents_ok};
+use super::IntPanel;
+
+/// f32 tile rows: 12 × 2 accumulators, 2 panel vectors and a broadcast use 27 of the 32
+/// registers.
+pub(crate) const MR: usize = 12;
+/// f32 panel width.
+pub(crate) const NR: usize = 32;
+/// int8 tile rows.
+pub(crate) const IMR: usize = 6;
+/// int8 panel width.
+pub(crate) const INR: usize = 32;
+
+/// Load `n ≤ 32` f32 of a C row into two vectors (zeros past `n`).
+#[inline(always)]
+unsafe fn load_row(p: *const f32, n: usize) -> [__m512; 2] {
+    // SAFETY: `p` has `n` readable elements (checked by the callers' extents).
+    unsafe {
+        if n == 32 {
+            [_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16))]
+        } else {
+            let mut t = [0f32; 32];
+            std::ptr::copy_nonoverlapping(p, t.as_mut_ptr(), n);
+            [
+                _mm512_loadu_ps(t.as_ptr()),
+                _mm512_loadu_ps(t.as_ptr().add(16)),
+            ]
+        }
+    }
+}
+
+/// Store the first `n ≤ 32` lanes of two vectors to a C row.
+#[inline(always)]
+unsafe fn store_row(p: *mut f32, n: usize, v: [__m512; 2]) {
+    // SAFETY: `p` has `n` writable elements (checked by the callers' extents).
+    unsafe {
+        if n == 32 {
+            _mm512_storeu_ps(p, v[0]);
+            _mm512_storeu_ps(p.add(16), v[1]);
+        } else {
+            let mut t = [0f32; 32];
+            _mm512_storeu_ps(t.as_mut_ptr(), v[0]);
+            _mm512_storeu_ps(t.as_mut_ptr().add(16), v[1]);
+            std::ptr::copy_nonoverlapping(t.as_ptr(), p, n);
+        }
+    }
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn f32_tile<const M: usize>(
+    kc: usize,
+    a: *const f32,
+    lda: usize,
+    bp: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    nc: usize,
+) {
+    // SAFETY: the caller checked the extents and runs with AVX-512F.
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); 2]; M];
+        for (r, v) in acc.iter_mut().enumerate() {
+            *v = load_row(c.add(r * ldc), nc);
+        }
+        for k in 0..kc {
+            let b0 = _mm512_loadu_ps(bp.add(k * NR));
+            let b1 = _mm512_loadu_ps(bp.add(k * NR + 16));
+            for (r, v) in acc.iter_mut().enumerate() {
+                let av = _mm512_set1_ps(*a.add(r * lda + k));
+                v[0] = _mm512_fmadd_ps(av, b0, v[0]);
+                v[1] = _mm512_fmadd_ps(av, b1, v[1]);
+            }
+        }
+        for (r, v) in acc.iter().enumerate() {
+            store_row(c.add(r * ldc), nc, *v);
+        }
+    }
+}
+
+/// As [`super::scalar::tile_f32`] on 12 × 32 tiles (panels of [`NR`] = 32 columns).
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+///
+/// # Panics
+/// If a slice is shorter than the extents the call touches.
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn tile_f32(
+    mr: usize,
+    kc: usize,
+    a: &[f32],
+    lda: usize,
+    bp: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    nc: usize,
+) {
+    assert!(
+        f32_extents_ok(MR, NR, mr, kc, a, lda, bp, c, ldc, nc),
+        "tile_f32 extents"
+    );
+    let (a, bp, c) = (a.as_ptr(), bp.as_ptr(), c.as_mut_ptr());
+    // SAFETY: extents checked above; AVX-512F guaranteed by the caller.
+    unsafe {
+        match mr {
+            1 => f32_tile::<1>(kc, a, lda, bp, c, ldc, nc),
+            2 => f32_tile::<2>(kc, a, lda, bp, c, ldc, nc),
+            3 => f32_tile::<3>(kc, a, lda, bp, c, ldc, nc),
+            4 => f32_tile::<4>(kc, a, lda, bp, c, ldc, nc),
+            5 => f32_tile::<5>(kc, a, lda, bp, c, ldc, nc),
+            6 => f32_tile::<6>(kc, a, lda, bp, c, ldc, nc),
+            7 => f32_tile::<7>(kc, a, lda, bp, c, ldc, nc),
+            8 => f32_tile::<8>(kc, a, lda, bp, c, ldc, nc),
+            9 => f32_tile::<9>(kc, a, lda, bp, c, ldc, nc),
+            10 => f32_tile::<10>(kc, a, lda, bp, c, ldc, nc),
+            11 => f32_tile::<11>(kc, a, lda, bp, c, ldc, nc),
+            _ => f32_tile::<MR>(kc, a, lda, bp, c, ldc, nc),
+        }
+    }
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn i8_tile<const M: usize>(
+    a: *const u8,
+    lda: usize,
+    w: &IntPanel<'_>,
+    c: *mut f32,
+    ldc: usize,
+    nc: usize,
+    raw: Option<(*mut i32, usize)>,
+) {
+    // SAFETY: the caller checked the extents and runs with AVX-512F + VNNI.
+    unsafe {
+        let (q, d, corr) = (w.q.as_ptr(), w.d.as_ptr(), w.corr.as_ptr());
+        let mut fa = [[_mm512_setzero_ps(); 2]; M];
+        if raw.is_none() {
+            for (r, f) in fa.iter_mut().enumerate() {
+                *f = load_row(c.add(r * ldc), nc);
+            }
+        }
+        let zero = _mm512_setzero_si512();
+        for b in 0..w.nblk {
+            let i0 = _mm512_sub_epi32(zero, _mm512_loadu_si512(corr.add(b * INR).cast()));
+            let i1 = _mm512_sub_epi32(zero, _mm512_loadu_si512(corr.add(b * INR + 16).cast()));
+            let mut ia = [[i0, i1]; M];
+            for k4 in 0..8 {
+                let wp = q.add((b * 8 + k4) * INR * 4);
+                let w0 = _mm512_loadu_si512(wp.cast());
+                let w1 = _mm512_loadu_si512(wp.add(64).cast());
+                for (r, acc) in ia.iter_mut().enumerate() {
+                    let av = _mm512_set1_epi32(
+                        a.add(r * lda + 32 * b + 4 * k4)
+                            .cast::<i32>()
+                            .read_unaligned(),
+                    );
+                    acc[0] = _mm512_dpbusd_epi32(acc[0], av, w0);
+                    acc[1] = _mm512_dpbusd_epi32(acc[1], av, w1);
+                }
+            }
+            match raw {
+                Some((out, ldr)) => {
+                    for (r, acc) in ia.iter().enumerate() {
+                        let p = out.add(r * ldr + b * INR);
+                        _mm512_storeu_si512(p.cast(), acc[0]);
+                        _mm512_storeu_si512(p.add(16).cast(), acc[1]);
+                    }
+                }
+                None => {
+                    let d0 = _mm512_loadu_ps(d.add(b * INR));
+                    let d1 = _mm512_loadu_ps(d.add(b * INR + 16));
+                    for (f, acc) in fa.iter_mut().zip(&ia) {
+                        f[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[0]), d0, f[0]);
+                        f[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[1]), d1, f[1]);
+                    }
+                }
+            }
+        }
+        if raw.is_none() {
+            for (r, f) in fa.iter().enumerate() {
+                store_row(c.add(r * ldc), nc, *f);
+            }
+        }
+    }
+}
+
+/// The AVX-512 VNNI int8 tile (activations offset by +128, `corr` holds `128 · Σw`), as
+/// [`super::scalar::tile_i8`].
+///
+/// # Safety
+/// The CPU must support AVX-512F and AVX-512 VNNI.
+///
+/// # Panics
+/// If a slice is shorter than the extents the call touches, or the panel is not [`INR`] wide.
+#[target_feature(enable = "avx512f,avx512vnni,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn tile_i8(
+    mr: usize,
+    a: &[u8],
+    lda: usize,
+    w: &IntPanel<'_>,
+    c: &mut [f32],
+    ldc: usize,
+    nc: usize,
+    raw: Option<(&mut [i32], usize)>,
+) {
+    assert!(
+        w.nr == INR && int_extents_ok(IMR, mr, a, lda, w, c.len(), ldc, nc),
+        "int8 tile extents"
+    );
+    let raw = raw.map(|(r, ldr)| {
+        assert!(
+            r.len() >= (mr - 1) * ldr + w.nblk * INR,
+            "int8 tile raw extents"
+        );
+        (r.as_mut_ptr(), ldr)
+    });
+    let (a, c) = (a.as_ptr(), c.as_mut_ptr());
+    // SAFETY: extents checked above; AVX-512 VNNI guaranteed by the caller.
+    unsafe {
+        match mr {
+            1 => i8_tile::<1>(a, lda, w, c, ldc, nc, raw),
+            2 => i8_tile::<2>(a, lda, w, c, ldc, nc, raw),
+            3 => i8_tile::<3>(a, lda, w, c, ldc, nc, raw),
+            4 => i8_tile::<4>(a, lda, w, c, ldc, nc, raw),
+            5 => i8_tile::<5>(a, lda, w, c, ldc, nc, raw),
+            _ => i8_tile::<IMR>(a, lda, w, c, ldc, nc, raw),
+        }
+    }
+}

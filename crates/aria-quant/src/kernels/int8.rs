@@ -1,0 +1,253 @@
+//! W8A8: per-token int8 activations × `q8_0` weights with exact int32 block sums.
+
+use rayon::prelude::*;
+
+use super::{col_block, row_block, tile_i8, IntIsa, IntPanel};
+use crate::format::{BlockQ8_0, Format};
+use crate::matrix::WView;
+
+/// Blocks of 32 per K slab.
+const SLAB_BLOCKS: usize = 8;
+
+/// Activations quantized per token (row): `x[r][k] ≈ scale[r] · q[r][k]`, symmetric,
+/// `q ∈ [−127, 127]`, rows zero-padded to a multiple of 32.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuantizedActs {
+    /// Rows.
+    pub m: usize,
+    /// Columns before padding.
+    pub k: usize,
+    /// Row stride (`k` rounded up to 32).
+    pub kp: usize,
+    /// Whether `q` holds `q + 128` as unsigned bytes (the `vpdpbusd` paths) rather than the
+    /// signed bytes.
+    pub offset: bool,
+    /// The quantized rows, `m × kp` bytes.
+    pub q: Vec<u8>,
+    /// Per-row scales (`max |x| / 127`; NaN for a row with a non-finite value, so that the
+    /// row's outputs are NaN as in f32).
+    pub scale: Vec<f32>,
+}
+
+/// Quantize `x [m, k]` per row: `s = max|x| / 127`, `q = round_ties_even(x · (127 / max|x|))`
+/// clamped to ±127 (a zero row has `s = 0`, `q = 0`). With `offset`, bytes hold `q + 128`.
+/// Runs on the current rayon pool; every path uses these same bytes.
+pub fn quantize_activations(x: &[f32], m: usize, k: usize, offset: bool) -> QuantizedActs {
+    let kp = k.div_ceil(32) * 32;
+    let mut q = vec![if offset { 128u8 } else { 0 }; m * kp];
+    let mut scale = vec![0f32; m];
+    if kp > 0 {
+        q.par_chunks_mut(kp)
+            .zip(scale.par_iter_mut())
+            .enumerate()
+            .for_each(|(r, (qr, s))| {
+                let xr = &x[r * k..(r + 1) * k];
+                if xr.iter().any(|v| !v.is_finite()) {
+                    *s = f32::NAN;
+                    return;
+                }
+                let amax = xr.iter().fold(0f32, |a, v| a.max(v.abs()));
+                if amax == 0.0 {
+                    return;
+                }
+                *s = amax / 127.0;
+                let inv = 127.0 / amax;
+                let off = if offset { 128 } else { 0 };
+                for (o, v) in qr.iter_mut().zip(xr) {
+                    let qi = ((v * inv).round_ties_even() as i32).clamp(-127, 127);
+                    *o = (qi + off) as u8;
+                }
+            });
+    }
+    QuantizedActs {
+        m,
+        k,
+        kp,
+        offset,
+        q,
+        scale,
+    }
+}
+
+/// Repack weight rows `j0..j0 + nc` (of a `q8_0` matrix), blocks `b0..b0 + nblk`, into an
+/// [`IntPanel`] of width `nr` (columns past `nc` zero).
+#[allow(clippy::too_many_arguments)]
+fn repack(
+    w: &WView<'_>,
+    j0: usize,
+    nc: usize,
+    b0: usize,
+    nblk: usize,
+    nr: usize,
+    offset: bool,
+    q: &mut [u8],
+    d: &mut [f32],
+    corr: &mut [i32],
+) {
+    if nc < nr {
+        q.fill(0);
+        d.fill(0.0);
+        corr.fill(0);
+    }
+    for j in 0..nc {
+        let blocks: &[BlockQ8_0] = bytemuck::cast_slice(w.row(j0 + j));
+        for (bb, blk) in blocks[b0..b0 + nblk].iter().enumerate() {
+            d[bb * nr + j] = blk.scale();
+            let sum: i32 = blk.qs.iter().map(|&v| v as i32).sum();
+            corr[bb * nr + j] = if offset { 128 * sum } else { 0 };
+            for k4 in 0..8 {
+                let o = ((bb * 8 + k4) * nr + j) * 4;
+                for t in 0..4 {
+                    q[o + t] = blk.qs[4 * k4 + t] as u8;
+                }
+            }
+        }
+    }
+}
+
+/// Where the raw block sums of [`w8a8_block_sums`] go: `[m][n][blocks]`.
+struct RawOut<'a> {
+    sums: &'a mut [i32],
+    n: usize,
+    nblocks: usize,
+}
+
+/// One output block for rows `m0..m0 + mb` and weight rows `n0..n0 + nb`: the f32
+/// accumulators `c[mb, nb]` (before the row scale), or with `raw` the block sums.
+#[allow(clippy::too_many_arguments)]
+fn task(
+    isa: IntIsa,
+    w: &WView<'_>,
+    acts: &QuantizedActs,
+    m0: usize,
+    mb: usize,
+    n0: usize,
+    nb: usize,
+    c: &mut [f32],
+    mut raw: Option<&mut RawOut<'_>>,
+) {
+    let nr = isa.panel_width();
+    let mr_max = isa.tile_rows();
+    let np = nb.div_ceil(nr);
+    let nblocks = w.cols.div_ceil(32);
+    let kp = acts.kp;
+    let mut q = vec![0u8; np * SLAB_BLOCKS * 32 * nr];
+    let mut d = vec![0f32; np * SLAB_BLOCKS * nr];
+    let mut corr = vec![0i32; np * SLAB_BLOCKS * nr];
+    let mut rbuf = if raw.is_some() {
+        vec![0i32; mr_max * SLAB_BLOCKS * nr]
+    } else {
+        Vec::new()
+    };
+    let mut b0 = 0;
+    while b0 < nblocks {
+        let nblk = SLAB_BLOCKS.min(nblocks - b0);
+        let (qs, ds) = (SLAB_BLOCKS * 32 * nr, SLAB_BLOCKS * nr);
+        for p in 0..np {
+            let nc = nr.min(nb - p * nr);
+            repack(
+                w,
+                n0 + p * nr,
+                nc,
+                b0,
+                nblk,
+                nr,
+                acts.offset,
+                &mut q[p * qs..p * qs + nblk * 32 * nr],
+                &mut d[p * ds..p * ds + nblk * nr],
+                &mut corr[p * ds..p * ds + nblk * nr],
+            );
+        }
+        let mut i0 = 0;
+        while i0 < mb {
+            let mr = mr_max.min(mb - i0);
+            let a = &acts.q[(m0 + i0) * kp + 32 * b0..];
+            for p in 0..np {
+                let nc = nr.min(nb - p * nr);
+                let panel = IntPanel {
+                    q: &q[p * qs..p * qs + nblk * 32 * nr],
+                    d: &d[p * ds..p * ds + nblk * nr],
+                    corr: &corr[p * ds..p * ds + nblk * nr],
+                    nblk,
+                    nr,
+                };
+                let ct = &mut c[i0 * nb + p * nr..];
+                match raw.as_deref_mut() {
+                    None => tile_i8(isa, mr, a, kp, &panel, ct, nb, nc, None),
+                    Some(ro) => {
+                        let ldr = nblk * nr;
+                        tile_i8(isa, mr, a, kp, &panel, ct, nb, nc, Some((&mut rbuf, ldr)));
+                        for r in 0..mr {
+                            for bb in 0..nblk {
+                                for j in 0..nc {
+                                    let (row, col) = (m0 + i0 + r, n0 + p * nr + j);
+                                    ro.sums[(row * ro.n + col) * ro.nblocks + b0 + bb] =
+                                        rbuf[r * ldr + bb * nr + j];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            i0 += mr;
+        }
+        b0 += nblk;
+    }
+}
+
+/// `out[M, N] = (x · Wᵀ)` in W8A8 for quantized activations `acts` and a `q8_0` weight
+/// (`acts.offset` must match `isa`), on the current rayon pool.
+pub(crate) fn gemm_w8a8(isa: IntIsa, w: &WView<'_>, acts: &QuantizedActs, out: &mut [f32]) {
+    debug_assert_eq!(w.format, Format::Q8_0);
+    debug_assert_eq!(acts.offset, isa.offset_acts());
+    let (m, n) = (acts.m, w.rows);
+    let out = &mut out[..m * n];
+    if m == 0 || n == 0 {
+        return;
+    }
+    let mb = row_block(m);
+    let mt = m.div_ceil(mb);
+    let nb = col_block(n, mt, isa.panel_width());
+    let nt = n.div_ceil(nb);
+    let blocks: Vec<(usize, usize, Vec<f32>)> = (0..mt * nt)
+        .into_par_iter()
+        .map(|t| {
+            let (mi, ni) = (t / nt, t % nt);
+            let (m0, n0) = (mi * mb, ni * nb);
+            let (mbl, nbl) = (mb.min(m - m0), nb.min(n - n0));
+            let mut cl = vec![0f32; mbl * nbl];
+            task(isa, w, acts, m0, mbl, n0, nbl, &mut cl, None);
+            (m0, n0, cl)
+        })
+        .collect();
+    for (m0, n0, cl) in blocks {
+        let nbl = nb.min(n - n0);
+        for (r, row) in cl.chunks_exact(nbl).enumerate() {
+            let s = acts.scale[m0 + r];
+            let o = &mut out[(m0 + r) * n + n0..(m0 + r) * n + n0 + nbl];
+            for (ov, v) in o.iter_mut().zip(row) {
+                *ov = v * s;
+            }
+        }
+    }
+}
+
+/// The exact int32 block sums `Σ_{k ∈ block b} q_x[r][k] · q_w[j][k]` as `[m][n][blocks]`,
+/// computed by the int8 tile of `isa` (single-threaded; for testing the paths against each
+/// other).
+pub(crate) fn w8a8_block_sums(isa: IntIsa, w: &WView<'_>, acts: &QuantizedActs) -> Vec<i32> {
+    let (m, n) = (acts.m, w.rows);
+    let nblocks = w.cols.div_ceil(32);
+    let mut sums = vec![0i32; m * n * nblocks];
+    if m == 0 || n == 0 || nblocks == 0 {
+        return sums;
+    }
+    let mut c = vec![0f32; m * n];
+    let mut ro = RawOut {
+        sums: &mut sums,
+        n,
+        nblocks,
+    };
+    task(isa, w, acts, 0, m, 0, n, &mut c, Some(&mut ro));
+    sums
+}

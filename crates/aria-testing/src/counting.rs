@@ -1,0 +1,169 @@
+//! [`CountingBackend`]: CPU arithmetic behind a device boundary, with counters.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use aria_core::backend::{Backend, Op};
+use aria_core::storage::{DeviceStorage, Storage};
+use aria_core::{Device, Result, Tensor};
+
+const NAME: &str = "counting";
+
+/// What a [`CountingBackend`] has done so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Explicit uploads ([`Device::put`] of a CPU tensor).
+    pub uploads: usize,
+    /// Downloads ([`Tensor::to_cpu`] of a device tensor, or any read of device data).
+    pub downloads: usize,
+    /// CPU tensors passed as operands of a device op (an implicit upload each).
+    pub implicit_uploads: usize,
+    /// Op calls by op name.
+    pub ops: BTreeMap<&'static str, usize>,
+    /// Op calls whose operands held a CPU tensor, by op name (where the implicit uploads are).
+    pub mixed_ops: BTreeMap<&'static str, usize>,
+}
+
+impl Counts {
+    /// Total op calls.
+    pub fn total_ops(&self) -> usize {
+        self.ops.values().sum()
+    }
+}
+
+/// A device backend that runs every op of the set with the CPU kernels ([`Op::run_cpu`]) on
+/// data it keeps behind [`Storage::Device`], counting uploads, downloads and op calls. Results
+/// are bit-identical to the CPU path by construction; what a test learns is whether the code
+/// under test stays on the device.
+#[derive(Clone, Default)]
+pub struct CountingBackend {
+    counts: Arc<Mutex<Counts>>,
+}
+
+impl std::fmt::Debug for CountingBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CountingBackend({:?})", self.counts())
+    }
+}
+
+/// The device buffer: a flat contiguous CPU tensor.
+#[derive(Debug)]
+struct CountingStorage {
+    backend: CountingBackend,
+    flat: Tensor,
+}
+
+impl DeviceStorage for CountingStorage {
+    fn backend(&self) -> Arc<dyn Backend> {
+        Arc::new(self.backend.clone())
+    }
+    fn len_bytes(&self) -> usize {
+        self.flat.elem_count() * self.flat.dtype().size()
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl CountingBackend {
+    /// A new backend with zero counts.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The device to move tensors to.
+    pub fn device(&self) -> Device {
+        Device::Backend(Arc::new(self.clone()))
+    }
+
+    /// A snapshot of the counters.
+    pub fn counts(&self) -> Counts {
+        self.lock().clone()
+    }
+
+    /// Reset every counter to zero.
+    pub fn reset(&self) {
+        *self.lock() = Counts::default();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wrap a contiguous CPU tensor as a device tensor (not counted).
+    fn wrap(&self, t: &Tensor) -> Result<Tensor> {
+        let t = t.contiguous()?;
+        let flat = t.reshape(&[t.elem_count()])?;
+        let st = CountingStorage {
+            backend: self.clone(),
+            flat,
+        };
+        Tensor::from_storage(
+            Arc::new(Storage::Device(Arc::new(st))),
+            t.dtype(),
+            t.shape().to_vec(),
+            t.strides().to_vec(),
+            0,
+        )
+    }
+
+    /// The CPU view of one of this backend's tensors with the same layout (not counted), or
+    /// `None` for a tensor that is not ours.
+    fn host_view(t: &Tensor) -> Result<Option<Tensor>> {
+        let Storage::Device(d) = &**t.storage() else {
+            return Ok(None);
+        };
+        let Some(s) = d.as_any().downcast_ref::<CountingStorage>() else {
+            return Ok(None);
+        };
+        Tensor::from_storage(
+            s.flat.storage().clone(),
+            t.dtype(),
+            t.shape().to_vec(),
+            t.strides().to_vec(),
+            t.offset() + s.flat.offset(),
+        )
+        .map(Some)
+    }
+}
+
+impl Backend for CountingBackend {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn upload(&self, t: &Tensor) -> Result<Tensor> {
+        self.lock().uploads += 1;
+        self.wrap(t)
+    }
+
+    fn to_cpu(&self, t: &Tensor) -> Result<Tensor> {
+        self.lock().downloads += 1;
+        match Self::host_view(t)? {
+            Some(h) => h.contiguous(),
+            None => Ok(t.clone()),
+        }
+    }
+
+    fn run(&self, mut op: Op) -> Result<Tensor> {
+        let name = op.name();
+        let mut mixed = 0;
+        for t in op.operands_mut() {
+            match Self::host_view(t)? {
+                Some(h) => *t = h,
+                None => mixed += 1,
+            }
+        }
+        {
+            let mut c = self.lock();
+            *c.ops.entry(name).or_default() += 1;
+            if mixed > 0 {
+                c.implicit_uploads += mixed;
+                *c.mixed_ops.entry(name).or_default() += 1;
+            }
+        }
+        let out = op.run_cpu()?;
+        self.wrap(&out)
+    }
+}

@@ -1,0 +1,390 @@
+//! [`Pipeline`]: a loaded SA3 model and the reference `generate()` flow (spec §1) on top of the
+//! component crates: prompt and duration conditioning and the DiT from `aria-dit`, the SAME
+//! autoencoder from `aria-codec`, and the bookkeeping of [`crate::plan`].
+//!
+//! * [`Pipeline::generate`] / [`Pipeline::generate_batch`]: the reference call, with a progress
+//!   closure that may cancel.
+//! * [`Pipeline::run`] / [`Pipeline::run_batch`]: the same with [`RunOptions`] for research and
+//!   serving code: activation hooks, a [`CancelToken`], an optional progress callback, audio
+//!   streamed to an [`AudioSink`] as it is decoded, or latents only.
+//! * Requests may start from given latents: [`InitLatents`] (audio-to-audio without encoding)
+//!   and [`WarmStart`] (noise clean latents to a step's σ and run only the remaining steps).
+//! * LoRA strengths change between requests without reloading
+//!   ([`Pipeline::set_lora_strength`]).
+
+mod decode;
+mod request;
+mod run;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use aria_codec::{Autoencoder, AutoencoderConfig};
+use aria_core::{Tensor, WeightLoader};
+use aria_dit::conditioner::TextConditioner;
+use aria_dit::config::ModelConfig;
+use aria_dit::dit::Dit;
+use aria_dit::lora::{LoraFile, LoraStack};
+pub use aria_dit::t5gemma::Precision;
+
+pub use decode::{AudioChunk, AudioOutput, AudioSink};
+pub use request::{
+    BatchGenerated, Event, GenerateRequest, Generated, InitAudio, InitLatents, Inpaint, Timings,
+    WarmStart,
+};
+pub use run::{CancelToken, RunOptions};
+
+use crate::discover::ModelFiles;
+use crate::plan::Geometry;
+use crate::{Error, Result};
+
+/// The `sample_size` default of the reference `generate()` (1292 latents, about 120 s).
+pub const GENERATE_SAMPLE_SIZE: usize = 5_292_032;
+
+/// Overrides of the autoencoder's stochastic terms (config values when not overridden).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SameNoise {
+    /// Standard deviation of the encoder's new-token noise.
+    pub encoder_mask_noise: f32,
+    /// Standard deviation of the decoder's new-token noise.
+    pub decoder_mask_noise: f32,
+    /// Whether the bottleneck adds `1e-3·running_std` noise at decode.
+    pub bottleneck_noise_regularize: bool,
+}
+
+impl SameNoise {
+    /// Every stochastic term off (deterministic decode).
+    pub const OFF: SameNoise = SameNoise {
+        encoder_mask_noise: 0.0,
+        decoder_mask_noise: 0.0,
+        bottleneck_noise_regularize: false,
+    };
+}
+
+/// Where the models run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum DeviceKind {
+    /// The CPU (SIMD kernels, the library's thread pool).
+    #[default]
+    Cpu,
+    /// A GPU through wgpu (cargo feature `wgpu`).
+    Wgpu,
+    /// An NVIDIA GPU through CUDA (cargo feature `cuda`).
+    Cuda,
+}
+
+impl DeviceKind {
+    /// The name used on the command line (`cpu`, `wgpu`, `cuda`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceKind::Cpu => "cpu",
+            DeviceKind::Wgpu => "wgpu",
+            DeviceKind::Cuda => "cuda",
+        }
+    }
+
+    /// Whether this build of the library includes the backend.
+    pub fn is_built_in(self) -> bool {
+        match self {
+            DeviceKind::Cpu => true,
+            DeviceKind::Wgpu => cfg!(feature = "wgpu"),
+            DeviceKind::Cuda => cfg!(feature = "cuda"),
+        }
+    }
+
+    /// `Ok` when generation can run on this device in this build; otherwise an
+    /// [`Error::Unavailable`] that says what to do.
+    pub fn check(self) -> Result<()> {
+        match self {
+            DeviceKind::Cpu => Ok(()),
+            d if !d.is_built_in() => Err(Error::Unavailable(format!(
+                "the {0} backend is not built into this aria; rebuild with `--features {0}` \
+                 (or use --device cpu)",
+                d.name()
+            ))),
+            d => Err(Error::Unavailable(format!(
+                "the {} backend is built in, but the models do not run on it yet; use --device cpu",
+                d.name()
+            ))),
+        }
+    }
+}
+
+/// How to load a model.
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// LoRA files with their strengths, applied in order.
+    pub loras: Vec<(PathBuf, f32)>,
+    /// Override of the autoencoder's stochastic terms.
+    pub same_noise: Option<SameNoise>,
+    /// Decode in the official 128-latent chunks (`None`: as `model.pretransform.chunked` says).
+    pub chunked_decode: Option<bool>,
+    /// Arithmetic of the text encoder (`None`: what the reference uses for the folder, i.e.
+    /// its bf16 arithmetic for the released bf16 T5Gemma, which reproduces the official
+    /// conditioning bit for bit; `F32` is closer to exact arithmetic).
+    pub text_precision: Option<Precision>,
+    /// Where the models run (see [`DeviceKind::check`]).
+    pub device: DeviceKind,
+}
+
+/// The LoRA adapters of a pipeline: the stack (files and strengths) and, when an adapter
+/// targets it, the checkpoint weight of the duration embedder's Linear to merge from.
+#[derive(Default)]
+struct Loras {
+    stack: LoraStack,
+    /// `(number conditioner id, LoRA module name, checkpoint weight)`.
+    seconds_base: Option<(String, String, Tensor)>,
+}
+
+/// A loaded SA3 model.
+pub struct Pipeline {
+    files: ModelFiles,
+    config: ModelConfig,
+    geometry: Geometry,
+    text: TextConditioner,
+    dit: Dit,
+    ae: Autoencoder,
+    chunked_decode: bool,
+    loras: Loras,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("dir", &self.files.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lora_err(path: PathBuf) -> impl Fn(aria_dit::DitError) -> Error {
+    move |e| Error::Lora {
+        path: path.clone(),
+        reason: e.to_string(),
+    }
+}
+
+impl Pipeline {
+    /// Load a model folder (see [`crate::discover`]): configuration, text encoder, DiT and
+    /// autoencoder. Weights stay memory-mapped where their dtype allows.
+    pub fn load(files: &ModelFiles, opts: &LoadOptions) -> Result<Pipeline> {
+        opts.device.check()?;
+        let config = ModelConfig::from_file(&files.config)?;
+        if config.model_type != "diffusion_cond" {
+            return Err(Error::Config(format!(
+                "{}: model_type `{}` is not a text-to-audio model (diffusion_cond)",
+                files.config.display(),
+                config.model_type
+            )));
+        }
+        let mut ae_cfg = AutoencoderConfig::from_model_config(&files.config)?;
+        if let Some(n) = opts.same_noise {
+            ae_cfg.encoder.mask_noise = n.encoder_mask_noise;
+            ae_cfg.decoder.mask_noise = n.decoder_mask_noise;
+            ae_cfg.bottleneck.noise_regularize = n.bottleneck_noise_regularize;
+        }
+        let weights = WeightLoader::open_checkpoint(&files.weights)?;
+        let dit = Dit::load(&config.model.diffusion.config, &weights.pp("model.model"))?;
+        let ae = Autoencoder::load(&ae_cfg, &weights)?;
+        let mut text = TextConditioner::load(&config, &weights)?;
+        if let Some(p) = opts.text_precision {
+            text.prompt_mut().encoder_mut().set_precision(p);
+        }
+        let geometry = Geometry {
+            sample_rate: config.sample_rate,
+            downsampling_ratio: ae_cfg.downsampling_ratio,
+            latent_align: ae_cfg.latent_align,
+            max_samples: GENERATE_SAMPLE_SIZE.max(config.sample_size),
+        };
+        let mut p = Pipeline {
+            files: files.clone(),
+            chunked_decode: opts.chunked_decode.unwrap_or(ae_cfg.chunked),
+            config,
+            geometry,
+            text,
+            dit,
+            ae,
+            loras: Loras::default(),
+        };
+        for (path, strength) in &opts.loras {
+            p.push_lora(path, *strength)?;
+        }
+        p.apply_loras().map_err(lora_err(
+            opts.loras.last().map(|l| l.0.clone()).unwrap_or_default(),
+        ))?;
+        Ok(p)
+    }
+
+    /// Open a LoRA file and append it to the stack (not applied yet).
+    fn push_lora(&mut self, path: &std::path::Path, strength: f32) -> Result<()> {
+        let f = LoraFile::open(path).map_err(lora_err(path.to_path_buf()))?;
+        self.loras.stack.push(Arc::new(f), strength);
+        Ok(())
+    }
+
+    /// Merge the stack into every layer it targets, from the checkpoint weights (the DiT's
+    /// memory-mapped base weights and the duration embedder's Linear); an empty stack restores
+    /// the checkpoint weights.
+    fn apply_loras(&mut self) -> aria_dit::Result<()> {
+        if self.loras.stack.is_empty() && self.loras.seconds_base.is_none() {
+            return Ok(());
+        }
+        self.loras.stack.apply(&mut self.dit)?;
+        // The conditioner side: the duration embedder's Linear (the only conditioner layer).
+        if self.loras.seconds_base.is_none() {
+            let id = self.text.number_ids().next().map(str::to_string);
+            if let Some(id) = id {
+                let nc = self
+                    .text
+                    .number(&id)
+                    .ok_or_else(|| aria_dit::DitError::Input {
+                        what: "number conditioner".into(),
+                        reason: format!("`{id}` vanished"),
+                    })?;
+                let module = format!("conditioners.{id}.embedder.embedding.1");
+                let base = nc.linear().weight().dense().cloned().ok_or_else(|| {
+                    aria_dit::DitError::Input {
+                        what: "number conditioner".into(),
+                        reason: format!("`{id}` has a packed weight; LoRA needs a dense one"),
+                    }
+                })?;
+                self.loras.seconds_base = Some((id, module, base));
+            }
+        }
+        if let Some((id, module, base)) = &self.loras.seconds_base {
+            let w = self
+                .loras
+                .stack
+                .merged_weight(module, base)?
+                .unwrap_or_else(|| base.clone());
+            if let Some(nc) = self.text.number_mut(id) {
+                nc.linear_mut()
+                    .set_weight(aria_core::nn::Weight::Dense(w))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The LoRA adapters in application order, with their strengths.
+    pub fn loras(&self) -> &[(Arc<LoraFile>, f32)] {
+        self.loras.stack.entries()
+    }
+
+    /// Change the strength of LoRA `index` (0-based, in load order) and re-merge every layer it
+    /// touches from the checkpoint weights; the next request uses the new strength. Strength 0
+    /// gives the base model's output.
+    pub fn set_lora_strength(&mut self, index: usize, strength: f32) -> Result<()> {
+        if !strength.is_finite() {
+            return Err(Error::Input(format!(
+                "LoRA strength must be finite, got {strength}"
+            )));
+        }
+        let path = self
+            .loras
+            .stack
+            .entries()
+            .get(index)
+            .map(|e| e.0.path().to_path_buf())
+            .ok_or_else(|| {
+                Error::Input(format!(
+                    "no LoRA {index}: {} loaded",
+                    self.loras.stack.entries().len()
+                ))
+            })?;
+        self.loras
+            .stack
+            .set_strength(index, strength)
+            .map_err(lora_err(path.clone()))?;
+        self.apply_loras().map_err(lora_err(path))
+    }
+
+    /// Load another LoRA file on top of the current ones (applied last).
+    pub fn add_lora(&mut self, path: &std::path::Path, strength: f32) -> Result<()> {
+        self.push_lora(path, strength)?;
+        let r = self.apply_loras();
+        if r.is_err() {
+            // Leave the pipeline as it was.
+            let last = self.loras.stack.entries().len() - 1;
+            let _ = self.loras.stack.remove(last);
+            let _ = self.apply_loras();
+        }
+        r.map_err(lora_err(path.to_path_buf()))
+    }
+
+    /// Remove LoRA `index`; the remaining ones are re-merged from the checkpoint weights.
+    pub fn remove_lora(&mut self, index: usize) -> Result<()> {
+        let f = self
+            .loras
+            .stack
+            .remove(index)
+            .map_err(|e| Error::Input(e.to_string()))?;
+        self.apply_loras().map_err(lora_err(f.path().to_path_buf()))
+    }
+
+    /// The duration embeddings `[B, cond_dim]` of `seconds` as the conditioning uses them
+    /// (with the LoRA-merged duration-embedder weight when an adapter targets it).
+    pub fn seconds_embedding(&self, seconds: &[f32]) -> Result<Tensor> {
+        let e = self.text.seconds_embedding(seconds)?;
+        let b = seconds.len();
+        let d = e.elem_count() / b.max(1);
+        Ok(e.reshape(&[b, d])?)
+    }
+
+    /// The model files.
+    pub fn files(&self) -> &ModelFiles {
+        &self.files
+    }
+
+    /// The parsed `model_config.json`.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// The text conditioner (tokenizer, T5Gemma encoder, duration embedder).
+    pub fn text(&self) -> &TextConditioner {
+        &self.text
+    }
+
+    /// The DiT.
+    pub fn dit(&self) -> &Dit {
+        &self.dit
+    }
+
+    /// The autoencoder.
+    pub fn autoencoder(&self) -> &Autoencoder {
+        &self.ae
+    }
+
+    /// Whether decoding uses the official 128-latent chunks.
+    pub fn chunked_decode(&self) -> bool {
+        self.chunked_decode
+    }
+
+    /// Output sample rate (44100).
+    pub fn sample_rate(&self) -> u32 {
+        self.config.sample_rate
+    }
+
+    /// Latent channels `C` of the DiT's state `[B, C, T]`.
+    pub fn latent_channels(&self) -> usize {
+        self.config.model.io_channels
+    }
+
+    /// Length bookkeeping of this model.
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    /// The lengths a request for `seconds` (with `padding_sec` of headroom) generates; the
+    /// latents of a [`WarmStart`] or [`InitLatents`] must have `lengths.latents` frames.
+    pub fn lengths(&self, seconds: f64, padding_sec: f64) -> crate::plan::Lengths {
+        self.geometry.lengths(seconds, padding_sec)
+    }
+
+    /// Longest duration a request may ask for, in seconds.
+    pub fn max_seconds(&self) -> f64 {
+        self.geometry
+            .max_samples
+            .min(self.config.sample_size.max(1)) as f64
+            / f64::from(self.sample_rate())
+    }
+}

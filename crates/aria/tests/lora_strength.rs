@@ -1,0 +1,67 @@
+//! LoRA strengths changed between requests without reloading: the re-merge from the
+//! checkpoint weights gives the bits of a fresh load at that strength (DiT and duration
+//! embedder), strength 0 and removal give the base model's.
+#![allow(clippy::unwrap_used)]
+
+use aria::discover::{resolve_model, SearchPaths};
+use aria::pipeline::{AudioOutput, RunOptions};
+use aria::{GenerateRequest, LoadOptions, Pipeline, TorchNoise};
+use aria_testing::fixtures::fixture;
+
+fn bits(t: &aria_core::Tensor) -> Vec<u32> {
+    t.to_vec_f32()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect()
+}
+
+/// Latents of a short generation and the duration embedding of two values.
+fn run(p: &Pipeline) -> (Vec<u32>, Vec<u32>) {
+    let mut r = GenerateRequest::new("warm ambient pad", 0.2);
+    r.steps = 3;
+    r.duration_padding_sec = 0.1;
+    let opts = RunOptions {
+        audio: AudioOutput::Skip,
+        ..Default::default()
+    };
+    let out = p.run(&r, &mut TorchNoise::new(3), opts).unwrap();
+    let e = p.seconds_embedding(&[0.2, 37.0]).unwrap();
+    (bits(&out.latents), bits(&e))
+}
+
+#[test]
+fn strength_changes_without_reloading() {
+    let Some(dir) = fixture("sa3-tiny-extra") else {
+        return;
+    };
+    let files = resolve_model(&dir.display().to_string(), &SearchPaths::default()).unwrap();
+    let lora = dir.join("lora_std.safetensors");
+    let load = |s: Option<f32>| {
+        let opts = LoadOptions {
+            loras: s.map(|s| vec![(lora.clone(), s)]).unwrap_or_default(),
+            ..Default::default()
+        };
+        Pipeline::load(&files, &opts).unwrap()
+    };
+    let base = run(&load(None));
+    let at07 = run(&load(Some(0.7)));
+    let at03 = run(&load(Some(0.3)));
+    assert_ne!(at07.0, base.0);
+    assert_ne!(at07.1, base.1, "the LoRA reaches the duration embedder");
+
+    let mut p = load(Some(0.7));
+    p.set_lora_strength(0, 0.3).unwrap();
+    assert_eq!(run(&p), at03);
+    p.set_lora_strength(0, 0.0).unwrap();
+    assert_eq!(run(&p), base);
+    p.set_lora_strength(0, 0.7).unwrap();
+    assert_eq!(run(&p), at07);
+    assert!(p.set_lora_strength(1, 0.5).is_err());
+    assert!(p.set_lora_strength(0, f32::NAN).is_err());
+    p.remove_lora(0).unwrap();
+    assert_eq!(run(&p), base);
+    p.add_lora(&lora, 0.7).unwrap();
+    assert_eq!(run(&p), at07);
+    assert_eq!(p.loras().len(), 1);
+}

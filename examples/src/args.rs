@@ -1,0 +1,543 @@
+//! The command line: subcommands, flags (with the official CLI's names as aliases) and the
+//! parsing of the compound values (`FILE[:STRENGTH]`, `START,END`).
+
+use std::path::PathBuf;
+
+use aria::noise::SeedGenerator;
+use aria::pipeline::Precision;
+use aria::{DeviceKind, Error, Result, SamplerKind};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(
+    name = "aria",
+    version,
+    about = "Stable Audio 3 text-to-audio, natively in Rust"
+)]
+pub struct Cli {
+    /// No progress bars and no timing summary (warnings still go to stderr).
+    #[arg(long, short, global = true)]
+    pub quiet: bool,
+    /// Print a machine-readable JSON summary on stdout.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Worker threads (default: every core).
+    #[arg(long, short = 't', global = true)]
+    pub threads: Option<usize>,
+    /// Where the models run.
+    #[arg(long, global = true, value_enum, default_value_t = Device::Cpu)]
+    pub device: Device,
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+pub enum Cmd {
+    /// Generate audio from a prompt (without --model: the random-weight demo model).
+    Generate(Box<GenerateArgs>),
+    /// Build a tiny random-weight model and generate from it (no download; the output is noise).
+    Demo(DemoArgs),
+    /// Encode an audio file to latents (safetensors, tensor `latents`).
+    Encode(EncodeArgs),
+    /// Decode latents (safetensors, tensor `latents`) to a WAV or FLAC file.
+    Decode(DecodeArgs),
+    /// Show parameter counts, dtypes and the memory plan of a model.
+    Info(InfoArgs),
+    /// List the model folders that discovery finds (Hugging Face cache, working directory).
+    Models,
+}
+
+/// `--device`.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Device {
+    /// The CPU.
+    Cpu,
+    /// A GPU through wgpu (build with `--features wgpu`).
+    Wgpu,
+    /// An NVIDIA GPU through CUDA (build with `--features cuda`).
+    Cuda,
+}
+
+impl From<Device> for DeviceKind {
+    fn from(d: Device) -> DeviceKind {
+        match d {
+            Device::Cpu => DeviceKind::Cpu,
+            Device::Wgpu => DeviceKind::Wgpu,
+            Device::Cuda => DeviceKind::Cuda,
+        }
+    }
+}
+
+/// `--sampler`.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Sampler {
+    /// Ping-pong (the post-trained models' sampler).
+    #[value(alias = "ping-pong")]
+    Pingpong,
+    /// Euler (the base models' sampler).
+    Euler,
+}
+
+impl From<Sampler> for SamplerKind {
+    fn from(s: Sampler) -> SamplerKind {
+        match s {
+            Sampler::Pingpong => SamplerKind::PingPong,
+            Sampler::Euler => SamplerKind::Euler,
+        }
+    }
+}
+
+/// `--text-precision`.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TextPrecision {
+    /// The official bf16 arithmetic (reproduces its conditioning bit for bit).
+    Bf16,
+    /// f32 arithmetic (closer to exact).
+    F32,
+}
+
+impl From<TextPrecision> for Precision {
+    fn from(p: TextPrecision) -> Precision {
+        match p {
+            TextPrecision::Bf16 => Precision::Bf16,
+            TextPrecision::F32 => Precision::F32,
+        }
+    }
+}
+
+#[derive(Args)]
+pub struct ModelArg {
+    /// Model folder (model_config.json, model.safetensors, t5gemma-b-b-ul2/) or name
+    /// (small-music, small-sfx, medium: looked up in the Hugging Face cache).
+    #[arg(long, short)]
+    pub model: Option<String>,
+}
+
+#[derive(Args)]
+pub struct NoiseArgs {
+    /// Seed of the noise (-1 or absent: random, printed).
+    #[arg(long, allow_negative_numbers = true)]
+    pub seed: Option<i64>,
+    /// Generator the seed drives: `torch` (the official generate(seed=N)'s draws, bit for bit)
+    /// or `aria` (aria's own portable generator).
+    #[arg(long, default_value_t = SeedGenerator::Torch)]
+    pub rng: SeedGenerator,
+    /// Replay every random draw from this file (draw_00, draw_01, … in call order).
+    #[arg(long)]
+    pub noise: Option<PathBuf>,
+    /// Save every random draw to this file (replayable with --noise).
+    #[arg(long)]
+    pub noise_out: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct DecodeOpts {
+    /// Decode in the official 128-latent chunks (default: as the model config says).
+    #[arg(long, conflicts_with = "no_chunked_decode")]
+    pub chunked_decode: bool,
+    /// Decode the whole sequence at once.
+    #[arg(long)]
+    pub no_chunked_decode: bool,
+}
+
+impl DecodeOpts {
+    pub fn chunked(&self) -> Option<bool> {
+        match (self.chunked_decode, self.no_chunked_decode) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Args)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub model: ModelArg,
+    /// The text prompt; several (`-p a -p b` or `-p a b`) make a batch.
+    #[arg(long, short, required = true, num_args = 1..)]
+    pub prompt: Vec<String>,
+    /// Duration in seconds (one, or one per batch item).
+    #[arg(
+        long,
+        short,
+        visible_alias = "duration",
+        num_args = 1..,
+        default_value = "10",
+        allow_negative_numbers = true
+    )]
+    pub seconds: Vec<f64>,
+    /// Batch size (default: the number of prompts; one prompt is repeated).
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Sampler steps.
+    #[arg(long, default_value_t = 8)]
+    pub steps: usize,
+    /// Classifier-free guidance scale (1 = off).
+    #[arg(long, visible_alias = "cfg-scale", default_value_t = 1.0)]
+    pub cfg: f32,
+    /// Negative prompt (with --cfg other than 1; one, or one per batch item).
+    #[arg(long, num_args = 1..)]
+    pub negative_prompt: Vec<String>,
+    /// Adaptive projected guidance scale (1 = full APG, 0 = plain CFG).
+    #[arg(long, default_value_t = 1.0)]
+    pub apg: f32,
+    /// Sampler (default: what the model's objective uses).
+    #[arg(long, value_enum)]
+    pub sampler: Option<Sampler>,
+    /// Start from this audio (audio-to-audio).
+    #[arg(long)]
+    pub init_audio: Option<PathBuf>,
+    /// Noise level for --init-audio, in (0, 1].
+    #[arg(long, default_value_t = 0.8)]
+    pub init_noise_level: f32,
+    /// Audio to inpaint.
+    #[arg(long)]
+    pub inpaint_audio: Option<PathBuf>,
+    /// Region START,END (seconds) to regenerate in --inpaint-audio (repeatable).
+    #[arg(long)]
+    pub inpaint_range: Vec<String>,
+    /// Start (seconds) of a region to regenerate (repeatable, paired with --inpaint-end).
+    #[arg(long, allow_negative_numbers = true)]
+    pub inpaint_start: Vec<f64>,
+    /// End (seconds) of a region to regenerate (repeatable, paired with --inpaint-start).
+    #[arg(long, allow_negative_numbers = true)]
+    pub inpaint_end: Vec<f64>,
+    /// LoRA FILE[:STRENGTH] (repeatable, applied in order; strength 1 by default).
+    #[arg(long, visible_alias = "lora-ckpt-path")]
+    pub lora: Vec<String>,
+    /// Strength of every LoRA (or of the one --lora-index names).
+    #[arg(long, allow_negative_numbers = true)]
+    pub lora_strength: Option<f32>,
+    /// The LoRA (0-based) that --lora-strength applies to.
+    #[arg(long, requires = "lora_strength")]
+    pub lora_index: Option<usize>,
+    /// Headroom (seconds) added to the duration when sizing the latents.
+    #[arg(long, default_value_t = 6.0)]
+    pub duration_padding: f64,
+    #[command(flatten)]
+    pub noise: NoiseArgs,
+    #[command(flatten)]
+    pub decode: DecodeOpts,
+    /// Write the final latents to this safetensors file (tensor `latents`).
+    #[arg(long)]
+    pub latents_out: Option<PathBuf>,
+    /// Output file: WAV, or FLAC when it ends in `.flac`; a batch writes NAME_0.EXT, NAME_1.EXT, …
+    #[arg(long, short, default_value = "out.wav")]
+    pub output: PathBuf,
+    /// Write 16-bit PCM instead of 32-bit float (FLAC: 16 instead of 24 bits).
+    #[arg(long)]
+    pub pcm16: bool,
+    /// Text-encoder arithmetic (default: what the model folder asks for).
+    #[arg(long, value_enum)]
+    pub text_precision: Option<TextPrecision>,
+}
+
+#[derive(Args)]
+pub struct DemoArgs {
+    /// The text prompt.
+    #[arg(long, short, default_value = "warm ambient pad")]
+    pub prompt: String,
+    /// Duration in seconds.
+    #[arg(long, short, default_value_t = 5.0, allow_negative_numbers = true)]
+    pub seconds: f64,
+    /// Seed of the noise.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Output file (WAV, or FLAC when it ends in `.flac`).
+    #[arg(long, short, default_value = "demo.wav")]
+    pub output: PathBuf,
+}
+
+#[derive(Args)]
+pub struct EncodeArgs {
+    #[command(flatten)]
+    pub model: ModelArg,
+    /// Audio file to encode.
+    #[arg(long, short)]
+    pub input: PathBuf,
+    #[command(flatten)]
+    pub noise: NoiseArgs,
+    /// Output safetensors file.
+    #[arg(long, short, default_value = "latents.safetensors")]
+    pub output: PathBuf,
+}
+
+#[derive(Args)]
+pub struct DecodeArgs {
+    #[command(flatten)]
+    pub model: ModelArg,
+    /// Latents file (safetensors; tensor `latents` or its only tensor), `[1, C, T]` or `[C, T]`.
+    #[arg(long, short)]
+    pub input: PathBuf,
+    #[command(flatten)]
+    pub noise: NoiseArgs,
+    #[command(flatten)]
+    pub decode: DecodeOpts,
+    /// Output file (WAV, or FLAC when it ends in `.flac`).
+    #[arg(long, short, default_value = "out.wav")]
+    pub output: PathBuf,
+    /// Write 16-bit PCM instead of 32-bit float (FLAC: 16 instead of 24 bits).
+    #[arg(long)]
+    pub pcm16: bool,
+}
+
+#[derive(Args)]
+pub struct InfoArgs {
+    #[command(flatten)]
+    pub model: ModelArg,
+}
+
+/// `START,END` in seconds.
+pub fn parse_range(s: &str) -> Result<(f64, f64)> {
+    let bad = || {
+        Error::Input(format!(
+            "--inpaint-range `{s}`: expected START,END in seconds"
+        ))
+    };
+    let (a, b) = s.split_once(',').ok_or_else(bad)?;
+    Ok((
+        a.trim().parse().map_err(|_| bad())?,
+        b.trim().parse().map_err(|_| bad())?,
+    ))
+}
+
+/// `FILE[:STRENGTH]`. A suffix after the last `:` that is not a number is part of the file
+/// name (`C:\x.safetensors`, `a:b.safetensors`), unless the whole argument names no file and
+/// the suffix looks numeric, which is a typo worth an error.
+pub fn parse_lora(s: &str) -> Result<(PathBuf, f32)> {
+    if let Some((p, st)) = s.rsplit_once(':') {
+        if !p.is_empty() {
+            if let Ok(v) = st.parse::<f32>() {
+                if !v.is_finite() {
+                    return Err(Error::Input(format!(
+                        "--lora `{s}`: strength `{st}` is not a finite number"
+                    )));
+                }
+                return Ok((PathBuf::from(p), v));
+            }
+            let numeric = st
+                .chars()
+                .all(|c| c.is_ascii_digit() || matches!(c, '.' | '-' | '+' | 'e' | 'E'));
+            if numeric && !st.is_empty() && !std::path::Path::new(s).exists() {
+                return Err(Error::Input(format!(
+                    "--lora `{s}`: strength `{st}` is not a number"
+                )));
+            }
+        }
+    }
+    Ok((PathBuf::from(s), 1.0))
+}
+
+/// The LoRAs of `--lora` with `--lora-strength` / `--lora-index` applied.
+pub fn loras(args: &GenerateArgs) -> Result<Vec<(PathBuf, f32)>> {
+    let mut v = args
+        .lora
+        .iter()
+        .map(|s| parse_lora(s))
+        .collect::<Result<Vec<_>>>()?;
+    if let Some(st) = args.lora_strength {
+        match args.lora_index {
+            Some(i) => {
+                let n = v.len();
+                let e = v.get_mut(i).ok_or_else(|| {
+                    Error::Input(format!("--lora-index {i}: only {n} LoRA files given"))
+                })?;
+                e.1 = st;
+            }
+            None => v.iter_mut().for_each(|e| e.1 = st),
+        }
+    }
+    Ok(v)
+}
+
+/// The inpainting regions of `--inpaint-range` and `--inpaint-start/--inpaint-end`.
+pub fn inpaint_ranges(args: &GenerateArgs) -> Result<Vec<(f64, f64)>> {
+    let mut ranges = args
+        .inpaint_range
+        .iter()
+        .map(|s| parse_range(s))
+        .collect::<Result<Vec<_>>>()?;
+    if args.inpaint_start.len() != args.inpaint_end.len() {
+        return Err(Error::Input(format!(
+            "--inpaint-start and --inpaint-end must be given the same number of times \
+             ({} and {})",
+            args.inpaint_start.len(),
+            args.inpaint_end.len()
+        )));
+    }
+    ranges.extend(
+        args.inpaint_start
+            .iter()
+            .copied()
+            .zip(args.inpaint_end.iter().copied()),
+    );
+    if !ranges.is_empty() && args.inpaint_audio.is_none() {
+        return Err(Error::Input(
+            "--inpaint-range / --inpaint-start need --inpaint-audio".into(),
+        ));
+    }
+    if ranges.is_empty() && args.inpaint_audio.is_some() {
+        return Err(Error::Input(
+            "--inpaint-audio needs --inpaint-range START,END or --inpaint-start/--inpaint-end"
+                .into(),
+        ));
+    }
+    Ok(ranges)
+}
+
+/// One batch item: prompt, negative prompt, duration.
+pub struct Item {
+    pub prompt: String,
+    pub negative: Option<String>,
+    pub seconds: f64,
+}
+
+/// The batch the flags describe, as the official CLI resolves it: the batch size is the
+/// number of prompts unless `--batch-size` repeats a single prompt; durations and negative
+/// prompts are one for all or one per item.
+pub fn batch(args: &GenerateArgs) -> Result<Vec<Item>> {
+    let n_prompts = args.prompt.len();
+    let size = match args.batch_size {
+        None => n_prompts,
+        Some(0) => return Err(Error::Input("--batch-size must be at least 1".into())),
+        Some(b) if n_prompts > 1 && b != n_prompts => {
+            return Err(Error::Input(format!(
+                "--batch-size {b} does not match the number of prompts ({n_prompts}); \
+                 omit --batch-size to have it inferred"
+            )))
+        }
+        Some(b) => b,
+    };
+    let per = |what: &str, n: usize| -> Result<()> {
+        if n > 1 && n != size {
+            return Err(Error::Input(format!(
+                "{n} {what} values for a batch of {size}"
+            )));
+        }
+        Ok(())
+    };
+    per("--seconds", args.seconds.len())?;
+    per("--negative-prompt", args.negative_prompt.len())?;
+    let pick = |v: &[String], i: usize| v.get(i).or(v.first()).cloned();
+    (0..size)
+        .map(|i| {
+            let seconds = args.seconds.get(i).or(args.seconds.first()).copied();
+            let seconds = seconds.unwrap_or(10.0);
+            if !(seconds.is_finite() && seconds > 0.0) {
+                return Err(Error::Input(format!(
+                    "--seconds must be positive, got {seconds}"
+                )));
+            }
+            Ok(Item {
+                prompt: pick(&args.prompt, i).unwrap_or_default(),
+                negative: pick(&args.negative_prompt, i),
+                seconds,
+            })
+        })
+        .collect()
+}
+
+/// `--seed`: `None` or −1 mean random; other negative values are an error.
+pub fn seed(s: Option<i64>) -> Result<Option<u64>> {
+    match s {
+        None | Some(-1) => Ok(None),
+        Some(v) if v < 0 => Err(Error::Input(format!(
+            "--seed {v}: expected a non-negative seed or -1 (random)"
+        ))),
+        Some(v) => Ok(Some(v as u64)),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn gen(args: &[&str]) -> GenerateArgs {
+        let mut v = vec!["aria", "generate"];
+        v.extend_from_slice(args);
+        match Cli::try_parse_from(v) {
+            Ok(Cli {
+                cmd: Cmd::Generate(g),
+                ..
+            }) => *g,
+            Ok(_) => panic!("not generate"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn lora_paths_with_colons_parse() {
+        assert_eq!(
+            parse_lora(r"C:\x.safetensors").unwrap(),
+            (PathBuf::from(r"C:\x.safetensors"), 1.0)
+        );
+        assert_eq!(
+            parse_lora(r"C:\x.safetensors:0.5").unwrap(),
+            (PathBuf::from(r"C:\x.safetensors"), 0.5)
+        );
+        assert_eq!(
+            parse_lora("a.safetensors").unwrap(),
+            (PathBuf::from("a.safetensors"), 1.0)
+        );
+        assert!(parse_lora("a.safetensors:0.5.1").is_err());
+        assert!(parse_lora("a.safetensors:inf").is_err());
+    }
+
+    #[test]
+    fn official_aliases_and_batches() {
+        let g = gen(&[
+            "-p",
+            "a",
+            "-p",
+            "b",
+            "--duration",
+            "3",
+            "4",
+            "--cfg-scale",
+            "7",
+            "--lora-ckpt-path",
+            "x.safetensors",
+            "--lora-strength",
+            "0.5",
+            "--inpaint-start",
+            "1",
+            "--inpaint-end",
+            "2",
+            "--seed",
+            "-1",
+        ]);
+        let b = batch(&g).unwrap();
+        assert_eq!(b.len(), 2);
+        assert_eq!((b[0].seconds, b[1].seconds), (3.0, 4.0));
+        assert_eq!((b[0].prompt.as_str(), b[1].prompt.as_str()), ("a", "b"));
+        assert_eq!(g.cfg, 7.0);
+        assert_eq!(
+            loras(&g).unwrap(),
+            vec![(PathBuf::from("x.safetensors"), 0.5)]
+        );
+        assert_eq!(seed(g.noise.seed).unwrap(), None);
+        let g = gen(&["-p", "a", "b", "c"]);
+        assert_eq!(batch(&g).unwrap().len(), 3);
+        let g = gen(&["-p", "a", "--batch-size", "3"]);
+        let b = batch(&g).unwrap();
+        assert!(b.len() == 3 && b.iter().all(|i| i.prompt == "a"));
+        assert!(batch(&gen(&["-p", "a", "b", "--batch-size", "3"])).is_err());
+        assert!(batch(&gen(&["-p", "a", "b", "-s", "1", "2", "3"])).is_err());
+        assert!(seed(Some(-2)).is_err());
+        assert_eq!(seed(Some(7)).unwrap(), Some(7));
+    }
+
+    #[test]
+    fn value_enums_reject_unknown_values() {
+        let mut v = vec!["aria", "generate", "-p", "x", "--sampler", "heun"];
+        assert!(Cli::try_parse_from(&v).is_err());
+        v[5] = "ping-pong";
+        assert!(Cli::try_parse_from(&v).is_ok());
+        let v = ["aria", "generate", "-p", "x", "--text-precision", "f16"];
+        assert!(Cli::try_parse_from(v).is_err());
+        let v = ["aria", "-t", "2", "--device", "cuda", "models"];
+        assert!(Cli::try_parse_from(v).is_ok());
+    }
+}

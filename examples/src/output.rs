@@ -1,0 +1,342 @@
+//! Audio files written as the audio arrives: WAV (hound; the bytes of
+//! `aria_codec::audio::write_wav`) or FLAC (flacenc; frames written as they fill, the stream
+//! header rewritten at the end), picked by the file extension.
+
+use std::fs::File;
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use aria::{Error, Result};
+use aria_core::Tensor;
+use flacenc::bitsink::ByteSink;
+use flacenc::component::{BitRepr, Stream, StreamInfo};
+use flacenc::error::Verify;
+use flacenc::source::{Context, Fill, FrameBuf};
+
+/// Samples per FLAC frame (the reference encoder's default).
+const FLAC_BLOCK: usize = 4096;
+
+/// Output container, from the file extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Container {
+    /// RIFF WAVE.
+    Wav,
+    /// FLAC.
+    Flac,
+}
+
+impl Container {
+    /// `.flac` (any case) is FLAC; `.wav`, `.wave` or no extension is WAV; anything else is an
+    /// error naming the file.
+    pub fn of(path: &Path) -> Result<Container> {
+        match path
+            .extension()
+            .map(|e| e.to_string_lossy().to_ascii_lowercase())
+            .as_deref()
+        {
+            Some("flac") => Ok(Container::Flac),
+            None | Some("wav") | Some("wave") => Ok(Container::Wav),
+            Some(e) => Err(Error::Input(format!(
+                "{}: unknown output format `.{e}` (use .wav or .flac)",
+                path.display()
+            ))),
+        }
+    }
+}
+
+/// The output files of a batch, named as the official CLI names them: `NAME.EXT` for one item,
+/// `NAME_0.EXT`, `NAME_1.EXT`, … for several (`.wav` when there is no extension).
+pub fn batch_paths(output: &Path, n: usize) -> Vec<PathBuf> {
+    let ext = output
+        .extension()
+        .map(|e| e.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "wav".into());
+    let stem = output.with_extension("");
+    if n <= 1 {
+        return vec![stem.with_extension(ext)];
+    }
+    (0..n)
+        .map(|i| {
+            let mut name = stem.as_os_str().to_os_string();
+            name.push(format!("_{i}.{ext}"));
+            PathBuf::from(name)
+        })
+        .collect()
+}
+
+/// An audio file being written.
+pub enum AudioWriter {
+    /// WAV through hound.
+    Wav {
+        w: Box<hound::WavWriter<BufWriter<File>>>,
+        pcm16: bool,
+        path: PathBuf,
+    },
+    /// FLAC through flacenc.
+    Flac(Box<FlacWriter>),
+}
+
+fn io(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |e| Error::io(path, e)
+}
+
+impl AudioWriter {
+    /// Create `path` for `channels` channels at `sample_rate`: 32-bit float WAV or 24-bit FLAC,
+    /// 16-bit PCM for both with `pcm16`.
+    pub fn create(path: &Path, channels: usize, sample_rate: u32, pcm16: bool) -> Result<Self> {
+        if channels == 0 || channels > 8 {
+            return Err(Error::Input(format!(
+                "{}: cannot write {channels} channels",
+                path.display()
+            )));
+        }
+        match Container::of(path)? {
+            Container::Wav => {
+                let spec = hound::WavSpec {
+                    channels: channels as u16,
+                    sample_rate,
+                    bits_per_sample: if pcm16 { 16 } else { 32 },
+                    sample_format: if pcm16 {
+                        hound::SampleFormat::Int
+                    } else {
+                        hound::SampleFormat::Float
+                    },
+                };
+                let w = hound::WavWriter::create(path, spec).map_err(|e| wav_err(path, e))?;
+                Ok(AudioWriter::Wav {
+                    w: Box::new(w),
+                    pcm16,
+                    path: path.to_path_buf(),
+                })
+            }
+            Container::Flac => Ok(AudioWriter::Flac(Box::new(FlacWriter::create(
+                path,
+                channels,
+                sample_rate,
+                if pcm16 { 16 } else { 24 },
+            )?))),
+        }
+    }
+
+    /// Append audio `[channels, n]` (or `[1, channels, n]`).
+    pub fn write(&mut self, audio: &Tensor) -> Result<()> {
+        let s = audio.shape();
+        let (ch, n) = match s {
+            [c, n] | [1, c, n] => (*c, *n),
+            _ => {
+                return Err(Error::Input(format!(
+                    "audio must be [channels, samples], got {s:?}"
+                )))
+            }
+        };
+        let a = audio.contiguous()?;
+        let v = a.as_slice::<f32>()?;
+        match self {
+            AudioWriter::Wav { w, pcm16, path } => {
+                for i in 0..n {
+                    for c in 0..ch {
+                        let x = v[c * n + i];
+                        let r = if *pcm16 {
+                            w.write_sample((x.clamp(-1.0, 1.0) * 32767.0).round() as i16)
+                        } else {
+                            w.write_sample(x)
+                        };
+                        r.map_err(|e| wav_err(path, e))?;
+                    }
+                }
+                Ok(())
+            }
+            AudioWriter::Flac(f) => f.write(v, ch, n),
+        }
+    }
+
+    /// Finish the file (sizes, FLAC stream header).
+    pub fn finish(self) -> Result<()> {
+        match self {
+            AudioWriter::Wav { w, path, .. } => w.finalize().map_err(|e| wav_err(&path, e)),
+            AudioWriter::Flac(f) => f.finish(),
+        }
+    }
+}
+
+fn wav_err(path: &Path, e: hound::Error) -> Error {
+    Error::Audio {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    }
+}
+
+fn flac_err(path: &Path, what: impl std::fmt::Display) -> Error {
+    Error::Audio {
+        path: path.to_path_buf(),
+        reason: format!("FLAC encoder: {what}"),
+    }
+}
+
+/// A FLAC file written frame by frame: `fLaC` and a STREAMINFO placeholder first, each frame as
+/// soon as [`FLAC_BLOCK`] samples are in, the final STREAMINFO (length, frame sizes, MD5)
+/// written over the placeholder at the end.
+pub struct FlacWriter {
+    path: PathBuf,
+    file: BufWriter<File>,
+    config: flacenc::error::Verified<flacenc::config::Encoder>,
+    info: StreamInfo,
+    buf: (FrameBuf, Context),
+    /// Interleaved samples not yet in a frame.
+    pending: Vec<i32>,
+    channels: usize,
+    bits: usize,
+    frames: usize,
+}
+
+impl FlacWriter {
+    fn create(path: &Path, channels: usize, sample_rate: u32, bits: usize) -> Result<Self> {
+        let config = flacenc::config::Encoder::default()
+            .into_verified()
+            .map_err(|(_, e)| flac_err(path, e))?;
+        let mut info =
+            StreamInfo::new(sample_rate as usize, channels, bits).map_err(|e| flac_err(path, e))?;
+        info.set_block_sizes(FLAC_BLOCK, FLAC_BLOCK)
+            .map_err(|e| flac_err(path, e))?;
+        let buf = (
+            FrameBuf::with_size(channels, FLAC_BLOCK).map_err(|e| flac_err(path, e))?,
+            Context::new(bits, channels),
+        );
+        let mut file = BufWriter::new(File::create(path).map_err(io(path))?);
+        file.write_all(&header(path, &info)?).map_err(io(path))?;
+        Ok(FlacWriter {
+            path: path.to_path_buf(),
+            file,
+            config,
+            info,
+            buf,
+            pending: Vec::with_capacity(2 * FLAC_BLOCK * channels),
+            channels,
+            bits,
+            frames: 0,
+        })
+    }
+
+    fn write(&mut self, v: &[f32], ch: usize, n: usize) -> Result<()> {
+        if ch != self.channels {
+            return Err(flac_err(
+                &self.path,
+                format!("{ch} channels given to a {}-channel file", self.channels),
+            ));
+        }
+        let scale = ((1i64 << (self.bits - 1)) - 1) as f32;
+        for i in 0..n {
+            for c in 0..ch {
+                self.pending
+                    .push((v[c * n + i].clamp(-1.0, 1.0) * scale).round() as i32);
+            }
+        }
+        let block = FLAC_BLOCK * ch;
+        let mut at = 0;
+        while self.pending.len() - at >= block {
+            let frame = self.pending[at..at + block].to_vec();
+            self.encode(&frame)?;
+            at += block;
+        }
+        self.pending.drain(..at);
+        Ok(())
+    }
+
+    /// Encode and write one frame of interleaved samples (at most a block).
+    fn encode(&mut self, interleaved: &[i32]) -> Result<()> {
+        let path = self.path.clone();
+        self.buf
+            .fill_interleaved(interleaved)
+            .map_err(|e| flac_err(&path, e))?;
+        let frame =
+            flacenc::encode_fixed_size_frame(&self.config, &self.buf.0, self.frames, &self.info)
+                .map_err(|e| flac_err(&path, e))?;
+        self.frames += 1;
+        self.info.update_frame_info(&frame);
+        let mut sink = ByteSink::new();
+        frame.write(&mut sink).map_err(|e| flac_err(&path, e))?;
+        self.file.write_all(sink.as_slice()).map_err(io(&path))
+    }
+
+    fn finish(mut self) -> Result<()> {
+        if !self.pending.is_empty() {
+            let rest = std::mem::take(&mut self.pending);
+            self.encode(&rest)?;
+        }
+        let path = self.path.clone();
+        self.info.set_md5_digest(&self.buf.1.md5_digest());
+        self.info.set_total_samples(self.buf.1.total_samples());
+        // A fixed-blocksize stream: the last, shorter block does not count as the minimum (as
+        // libFLAC writes it; decoders rely on min = max to read the stream as fixed-size).
+        self.info
+            .set_block_sizes(FLAC_BLOCK, FLAC_BLOCK)
+            .map_err(|e| flac_err(&path, e))?;
+        let head = header(&path, &self.info)?;
+        self.file.flush().map_err(io(&path))?;
+        let mut f = self
+            .file
+            .into_inner()
+            .map_err(|e| Error::io(&path, e.into_error()))?;
+        f.seek(SeekFrom::Start(0)).map_err(io(&path))?;
+        f.write_all(&head).map_err(io(&path))?;
+        f.flush().map_err(io(&path))
+    }
+}
+
+/// `fLaC` and the STREAMINFO block (always the same length, so the final one can overwrite the
+/// placeholder).
+fn header(path: &Path, info: &StreamInfo) -> Result<Vec<u8>> {
+    let stream = Stream::with_stream_info(info.clone());
+    let mut sink = ByteSink::new();
+    stream.write(&mut sink).map_err(|e| flac_err(path, e))?;
+    Ok(sink.as_slice().to_vec())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use flacenc::source::MemSource;
+
+    /// Frames written as they fill give the bytes of flacenc's whole-stream encoder.
+    #[test]
+    fn streamed_flac_is_the_whole_stream_encoding() {
+        let (ch, n) = (2, 3 * FLAC_BLOCK + 123);
+        let v: Vec<f32> = (0..ch * n)
+            .map(|i| ((i as f32 * 0.013).sin() * 0.7) + ((i % 7) as f32 - 3.0) * 1e-3)
+            .collect();
+        let path = std::env::temp_dir().join(format!("aria-flac-{}.flac", std::process::id()));
+        let mut w = AudioWriter::create(&path, ch, 44100, false).unwrap();
+        // In uneven pieces, as decode windows arrive.
+        let a = Tensor::from_vec(v.clone(), &[ch, n]).unwrap();
+        let mut at = 0;
+        for k in [1000, 5000, 77, n] {
+            let k = k.min(n - at);
+            if k == 0 {
+                break;
+            }
+            w.write(&a.narrow(1, at, k).unwrap().contiguous().unwrap())
+                .unwrap();
+            at += k;
+        }
+        w.finish().unwrap();
+        let streamed = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).ok();
+
+        let scale = ((1i64 << 23) - 1) as f32;
+        let interleaved: Vec<i32> = (0..n)
+            .flat_map(|i| (0..ch).map(move |c| (c, i)))
+            .map(|(c, i)| (v[c * n + i].clamp(-1.0, 1.0) * scale).round() as i32)
+            .collect();
+        let cfg = flacenc::config::Encoder::default().into_verified().unwrap();
+        let src = MemSource::from_samples(&interleaved, ch, 24, 44100);
+        let mut s = flacenc::encode_with_fixed_block_size(&cfg, src, FLAC_BLOCK).unwrap();
+        s.stream_info_mut()
+            .set_block_sizes(FLAC_BLOCK, FLAC_BLOCK)
+            .unwrap();
+        let mut sink = ByteSink::new();
+        s.write(&mut sink).unwrap();
+        assert_eq!(streamed.len(), sink.as_slice().len());
+        assert!(streamed == sink.as_slice());
+    }
+}

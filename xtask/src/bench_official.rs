@@ -1,0 +1,537 @@
+//! `cargo xtask bench official`: the official PyTorch implementation and aria side by side, on
+//! the same model folder, the same machine and in the same run.
+//!
+//! The official side is the reference harness (`bench.py` of `../shared/ref-harness/`, see its
+//! README) run with the Python environment of a prepared reference folder, given by
+//! `--ref-dir DIR` or the `ARIA_REF_DIR` environment variable (`DIR/venv`, `DIR/stable-audio-3`,
+//! by default the model `DIR/sm-random`). Without a reference folder only aria is measured, and
+//! the output says so.
+//!
+//! Measures, per clip length: text encoding, one DiT forward (t = 0.9, the padding mask of the
+//! request), 8 sampler steps, SAME decode chunked (the configured default) and unchunked, the
+//! model load, `generate()` after the load, and the whole process from start to exit. Every
+//! measurement runs in a child process; the official and aria children alternate (official
+//! first in even rounds, aria first in odd ones) so that drift of the machine hits both sides
+//! alike. Each figure is the minimum over rounds (and over `--reps` inside a child). The ratio
+//! is official / aria (above 1: aria is faster).
+//!
+//! Options: `--ref-dir DIR`, `--model DIR`, `--harness DIR` (default `../shared/ref-harness`
+//! next to the workspace, or `ARIA_REF_HARNESS`), `--seconds a,b` (default 10,30), `--reps N`
+//! (default 2), `--rounds N` (default 2), `--threads N` (default: every CPU), `--no-e2e`,
+//! `--no-components`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use aria::discover::{resolve_model, SearchPaths};
+use aria::pipeline::{LoadOptions, Pipeline};
+use aria_core::Tensor;
+
+const PROMPT: &str = "Upbeat lofi house loop with warm Rhodes chords, deep sub bass and crisp \
+                      hi-hats, 122 BPM";
+/// Headroom `generate()` adds after the requested duration (the reference default).
+const HEADROOM_S: f64 = 6.0;
+
+struct Opts {
+    ref_dir: Option<PathBuf>,
+    model: Option<PathBuf>,
+    harness: PathBuf,
+    seconds: Vec<f64>,
+    reps: usize,
+    rounds: usize,
+    threads: usize,
+    e2e: bool,
+    components: bool,
+}
+
+fn parse(args: &[String]) -> Result<Opts, String> {
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut o = Opts {
+        ref_dir: std::env::var_os("ARIA_REF_DIR").map(PathBuf::from),
+        model: None,
+        harness: std::env::var_os("ARIA_REF_HARNESS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| workspace.join("../shared/ref-harness")),
+        seconds: vec![10.0, 30.0],
+        reps: 2,
+        rounds: 2,
+        threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        e2e: true,
+        components: true,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = || it.next().ok_or_else(|| format!("{a} needs a value"));
+        let num = |v: &String| v.parse::<usize>().map_err(|e| format!("{a}: {e}"));
+        match a.as_str() {
+            "--ref-dir" => o.ref_dir = Some(PathBuf::from(val()?)),
+            "--model" => o.model = Some(PathBuf::from(val()?)),
+            "--harness" => o.harness = PathBuf::from(val()?),
+            "--seconds" => {
+                o.seconds = val()?
+                    .split(',')
+                    .map(|s| s.trim().parse::<f64>().map_err(|e| format!("{a}: {e}")))
+                    .collect::<Result<_, _>>()?
+            }
+            "--reps" => o.reps = num(val()?)?.max(1),
+            "--rounds" => o.rounds = num(val()?)?.max(1),
+            "--threads" => o.threads = num(val()?)?.max(1),
+            "--no-e2e" => o.e2e = false,
+            "--no-components" => o.components = false,
+            other => return Err(format!("unknown option `{other}`")),
+        }
+    }
+    Ok(o)
+}
+
+/// `model name` and the ISA flags that matter for the kernels, from `/proc/cpuinfo`.
+pub fn machine_line() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |k: &str| {
+        info.lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+    };
+    let flags = field("flags").unwrap_or_default();
+    let have: Vec<&str> = flags.split_whitespace().collect();
+    let isa: Vec<String> = ["avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni"]
+        .iter()
+        .map(|f| format!("{f}={}", if have.contains(f) { "yes" } else { "no" }))
+        .collect();
+    format!(
+        "{} ; {} CPUs ; {}",
+        field("model name").unwrap_or_else(|| "unknown CPU".into()),
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        if flags.is_empty() {
+            "ISA flags unknown".to_string()
+        } else {
+            isa.join(" ")
+        }
+    )
+}
+
+/// Minimum per measure over all runs.
+#[derive(Default)]
+struct Mins(BTreeMap<String, f64>);
+
+impl Mins {
+    fn add(&mut self, k: impl Into<String>, v: f64) {
+        if !v.is_finite() {
+            return;
+        }
+        let e = self.0.entry(k.into()).or_insert(v);
+        *e = e.min(v);
+    }
+    fn get(&self, k: &str) -> Option<f64> {
+        self.0.get(k).copied()
+    }
+}
+
+/// `RESULT k=v ...` lines of a child's stdout.
+fn results(stdout: &str) -> Vec<(String, f64)> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("RESULT "))
+        .flat_map(|l| l.split_whitespace())
+        .filter_map(|kv| kv.split_once('='))
+        .filter_map(|(k, v)| v.parse::<f64>().ok().map(|v| (k.to_string(), v)))
+        .collect()
+}
+
+/// Run `cmd`, returning (stdout, wall seconds from spawn to exit).
+fn run_child(cmd: &mut Command, what: &str) -> Result<(String, f64), String> {
+    let t0 = Instant::now();
+    let out = cmd.output().map_err(|e| format!("{what}: {e}"))?;
+    let wall = t0.elapsed().as_secs_f64();
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(15).collect();
+        return Err(format!(
+            "{what} failed ({}):\n{}",
+            out.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        ));
+    }
+    Ok((String::from_utf8_lossy(&out.stdout).into_owned(), wall))
+}
+
+fn key(secs: f64) -> String {
+    format!("{secs}s")
+}
+
+// ---- official side ----------------------------------------------------------------------------
+
+struct Reference {
+    python: PathBuf,
+    sa3_src: PathBuf,
+    bench_py: PathBuf,
+}
+
+impl Reference {
+    fn new(dir: &Path, harness: &Path) -> Result<Reference, String> {
+        let r = Reference {
+            python: dir.join("venv/bin/python"),
+            sa3_src: dir.join("stable-audio-3"),
+            bench_py: harness.join("bench.py"),
+        };
+        for (p, what) in [
+            (&r.python, "the harness venv"),
+            (&r.sa3_src, "the official source tree"),
+            (&r.bench_py, "the harness bench.py"),
+        ] {
+            if !p.exists() {
+                return Err(format!(
+                    "{} not found ({what}; see the ref-harness README)",
+                    p.display()
+                ));
+            }
+        }
+        Ok(r)
+    }
+
+    fn command(&self, model: &Path, threads: usize, out: &Path) -> Command {
+        let mut c = Command::new(&self.python);
+        c.arg(&self.bench_py)
+            .arg("--model-dir")
+            .arg(model)
+            .arg("--threads")
+            .arg(threads.to_string())
+            .arg("--out")
+            .arg(out)
+            .env("SA3_SRC", &self.sa3_src)
+            .env("PYTHONWARNINGS", "ignore");
+        c
+    }
+
+    fn components(&self, o: &Opts, model: &Path, m: &mut Mins) -> Result<(), String> {
+        let out = std::env::temp_dir().join(format!("aria-official-{}.json", std::process::id()));
+        let mut c = self.command(model, o.threads, &out);
+        c.args(["--mode", "components", "--reps", &o.reps.to_string()])
+            .arg("--durations")
+            .args(o.seconds.iter().map(|s| s.to_string()));
+        run_child(&mut c, "official components")?;
+        let v = read_json(&out)?;
+        let _ = std::fs::remove_file(&out);
+        let min_wall = |x: &serde_json::Value| x["min_wall_s"].as_f64();
+        if let Some(s) = min_wall(&v["load"]) {
+            m.add("load", s);
+        }
+        let comp = &v["components"];
+        if let Some(s) = min_wall(&comp["text_encode"]) {
+            m.add("text", s);
+        }
+        for &secs in &o.seconds {
+            // bench.py names durations as Python prints them (10 for 10.0)
+            let d = if secs.fract() == 0.0 {
+                format!("{}s", secs as i64)
+            } else {
+                format!("{secs}s")
+            };
+            let k = key(secs);
+            for (src, dst) in [
+                ("dit_forward_", "dit"),
+                ("sampling_8_steps_", "steps8"),
+                ("same_decode_", "dec_chunked"),
+                ("same_decode_unchunked_", "dec_unchunked"),
+            ] {
+                if let Some(s) = min_wall(&comp[format!("{src}{d}")]) {
+                    m.add(format!("{dst}.{k}"), s);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn e2e(&self, o: &Opts, model: &Path, secs: f64, m: &mut Mins) -> Result<(), String> {
+        let out = std::env::temp_dir().join(format!("aria-official-{}.json", std::process::id()));
+        let mut c = self.command(model, o.threads, &out);
+        c.args(["--mode", "e2e", "--duration", &secs.to_string()]);
+        let (_, wall) = run_child(&mut c, "official e2e")?;
+        let v = read_json(&out)?;
+        let _ = std::fs::remove_file(&out);
+        let k = key(secs);
+        m.add(format!("process.{k}"), wall);
+        if let Some(s) = v["e2e"]["generate"]["min_wall_s"].as_f64() {
+            m.add(format!("generate.{k}"), s);
+        }
+        Ok(())
+    }
+}
+
+fn read_json(p: &Path) -> Result<serde_json::Value, String> {
+    let s = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+    serde_json::from_str(&s).map_err(|e| format!("{}: {e}", p.display()))
+}
+
+// ---- aria side --------------------------------------------------------------------------------
+
+fn aria_components(o: &Opts, model: &Path, m: &mut Mins) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let secs: Vec<String> = o.seconds.iter().map(|s| s.to_string()).collect();
+    let mut c = Command::new(exe);
+    c.args(["bench", "official", "--aria-child"])
+        .arg(model)
+        .arg(secs.join(","))
+        .arg(o.reps.to_string())
+        .env("RAYON_NUM_THREADS", o.threads.to_string());
+    let (out, _) = run_child(&mut c, "aria components")?;
+    for (k, v) in results(&out) {
+        m.add(k, v);
+    }
+    Ok(())
+}
+
+fn aria_e2e(o: &Opts, model: &Path, secs: f64, m: &mut Mins) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut c = Command::new(exe);
+    c.args(["bench", "e2e", "--child"])
+        .arg(model)
+        .arg(secs.to_string())
+        .arg("8")
+        .env("RAYON_NUM_THREADS", o.threads.to_string());
+    let (out, wall) = run_child(&mut c, "aria e2e")?;
+    let r: BTreeMap<String, f64> = results(&out).into_iter().collect();
+    let k = key(secs);
+    m.add(format!("process.{k}"), wall);
+    if let (Some(total), Some(ready)) = (r.get("total"), r.get("ready")) {
+        m.add(format!("generate.{k}"), total - ready);
+    }
+    if let Some(step) = r.get("step") {
+        m.add(format!("steps8.{k}"), 8.0 * step);
+    }
+    Ok(())
+}
+
+/// Deterministic values in [-1, 1).
+fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 23) as f32) - 1.0
+        })
+        .collect()
+}
+
+fn best_of<T>(reps: usize, mut f: impl FnMut() -> Result<T, String>) -> Result<f64, String> {
+    let mut best = f64::INFINITY;
+    for _ in 0..reps {
+        let t0 = Instant::now();
+        f()?;
+        best = best.min(t0.elapsed().as_secs_f64());
+    }
+    Ok(best)
+}
+
+/// The aria components child: the measures of `bench.py --mode components`, printed as
+/// `RESULT key=seconds` lines.
+fn child(model: &Path, seconds: &str, reps: usize) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let t0 = Instant::now();
+    let files =
+        resolve_model(&model.display().to_string(), &SearchPaths::default()).map_err(|x| e(&x))?;
+    let pipe = Pipeline::load(&files, &LoadOptions::default()).map_err(|x| e(&x))?;
+    println!("RESULT load={:.4}", t0.elapsed().as_secs_f64());
+    let text = pipe.text();
+    text.encode_prompts(&[PROMPT]).map_err(|x| e(&x))?; // first call, as bench.py discards it
+    let t_text = best_of(reps, || text.encode_prompts(&[PROMPT]).map_err(|x| e(&x)))?;
+    println!("RESULT text={t_text:.4}");
+    let (emb, _) = text.encode_prompts(&[PROMPT]).map_err(|x| e(&x))?;
+    let n_cond = emb.shape().get(1).copied().unwrap_or(0) + 1;
+    let cond_dim = emb.shape().last().copied().unwrap_or(0);
+    let channels = pipe.config().model.io_channels;
+    for s in seconds.split(',') {
+        let secs: f64 = s.parse().map_err(|_| format!("bad seconds `{s}`"))?;
+        let k = key(secs);
+        let len = pipe.geometry().lengths(secs, HEADROOM_S);
+        let t = len.latents;
+        let tensor = |v: Vec<f32>, shape: &[usize]| Tensor::from_vec(v, shape).map_err(|x| e(&x));
+        let x = tensor(random(channels * t, 1), &[1, channels, t])?;
+        let time = tensor(vec![0.9], &[1])?;
+        let cross = tensor(random(n_cond * cond_dim, 2), &[1, n_cond, cond_dim])?;
+        let global = tensor(random(cond_dim, 3), &[1, cond_dim])?;
+        let local = tensor(vec![0.0; (channels + 1) * t], &[1, channels + 1, t])?;
+        let mask: Vec<f32> = (0..t)
+            .map(|i| if i < len.valid { 1.0 } else { 0.0 })
+            .collect();
+        let mask = tensor(mask, &[1, t])?;
+        let dit = pipe.dit();
+        let fwd = best_of(reps, || {
+            dit.forward(&x, &time, &cross, &global, Some(&local), Some(&mask))
+                .map_err(|x| e(&x))
+        })?;
+        println!("RESULT dit.{k}={fwd:.4}");
+        let ae = pipe.autoencoder();
+        let z = tensor(random(channels * t, 4), &[1, channels, t])?;
+        let dc = best_of(reps, || ae.decode_chunked(&z, None).map_err(|x| e(&x)))?;
+        let du = best_of(reps, || ae.decode(&z, None).map_err(|x| e(&x)))?;
+        println!("RESULT dec_chunked.{k}={dc:.4} dec_unchunked.{k}={du:.4}");
+    }
+    Ok(())
+}
+
+// ---- report -----------------------------------------------------------------------------------
+
+fn row(label: &str, k: &str, off: Option<&Mins>, aria: &Mins) {
+    let a = aria.get(k);
+    match off {
+        Some(off) => {
+            let o = off.get(k);
+            let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
+            let ratio = match (o, a) {
+                (Some(o), Some(a)) if a > 0.0 => format!("{:.2}x", o / a),
+                _ => "-".into(),
+            };
+            println!("| {label} | {} | {} | {ratio} |", f(o), f(a));
+        }
+        None => println!(
+            "| {label} | {} |",
+            a.map_or("-".to_string(), |v| format!("{v:.3}"))
+        ),
+    }
+}
+
+/// Run the task with its arguments.
+pub fn run(args: &[String]) -> Result<(), String> {
+    if args.first().map(String::as_str) == Some("--aria-child") {
+        let model = args.get(1).ok_or("--aria-child MODEL SECONDS REPS")?;
+        let secs = args.get(2).ok_or("--aria-child: seconds")?;
+        let reps = args.get(3).and_then(|r| r.parse().ok()).unwrap_or(1);
+        return child(Path::new(model), secs, reps);
+    }
+    let o = parse(args)?;
+    println!("machine: {}", machine_line());
+    let reference = match &o.ref_dir {
+        Some(d) => Some(Reference::new(d, &o.harness)?),
+        None => {
+            println!(
+                "no reference folder (--ref-dir DIR or ARIA_REF_DIR; see the ref-harness README): \
+                 the official implementation is not measured"
+            );
+            None
+        }
+    };
+    let model = match (&o.model, &o.ref_dir) {
+        (Some(m), _) => m.clone(),
+        (None, Some(r)) => r.join("sm-random"),
+        (None, None) => crate::bench_e2e::default_model()?,
+    };
+    println!(
+        "model: {} ; {} threads ; {} round(s), {} rep(s) per child; minimum of all runs",
+        model.display(),
+        o.threads,
+        o.rounds,
+        o.reps
+    );
+    let (mut off, mut aria) = (Mins::default(), Mins::default());
+    for round in 0..o.rounds {
+        let official_first = round % 2 == 0;
+        let mut steps: Vec<(bool, Option<f64>)> = Vec::new();
+        if o.components {
+            steps.push((official_first, None));
+            steps.push((!official_first, None));
+        }
+        if o.e2e {
+            for &s in &o.seconds {
+                steps.push((official_first, Some(s)));
+                steps.push((!official_first, Some(s)));
+            }
+        }
+        for (is_official, secs) in steps {
+            let t = Instant::now();
+            let what = match (is_official, secs) {
+                (true, None) => "official components".to_string(),
+                (false, None) => "aria components".to_string(),
+                (true, Some(s)) => format!("official e2e {s} s"),
+                (false, Some(s)) => format!("aria e2e {s} s"),
+            };
+            match (is_official, secs, &reference) {
+                (true, _, None) => continue,
+                (true, None, Some(r)) => r.components(&o, &model, &mut off)?,
+                (true, Some(s), Some(r)) => r.e2e(&o, &model, s, &mut off)?,
+                (false, None, _) => aria_components(&o, &model, &mut aria)?,
+                (false, Some(s), _) => aria_e2e(&o, &model, s, &mut aria)?,
+            }
+            eprintln!(
+                "  round {}: {what} ({:.0} s)",
+                round + 1,
+                t.elapsed().as_secs_f64()
+            );
+        }
+    }
+    let off_ref = reference.as_ref().map(|_| &off);
+    println!();
+    match off_ref {
+        Some(_) => {
+            println!("| measure (wall s) | official | aria | official / aria |");
+            println!("|---|---|---|---|");
+        }
+        None => {
+            println!("| measure (wall s) | aria |");
+            println!("|---|---|");
+        }
+    }
+    if o.components {
+        row("load", "load", off_ref, &aria);
+        row("text encode (default path)", "text", off_ref, &aria);
+    }
+    for &s in &o.seconds {
+        let k = key(s);
+        if o.components {
+            row(
+                &format!("DiT forward {k}"),
+                &format!("dit.{k}"),
+                off_ref,
+                &aria,
+            );
+            row(
+                &format!("SAME decode {k} chunked"),
+                &format!("dec_chunked.{k}"),
+                off_ref,
+                &aria,
+            );
+            row(
+                &format!("SAME decode {k} unchunked"),
+                &format!("dec_unchunked.{k}"),
+                off_ref,
+                &aria,
+            );
+        }
+        if o.components || o.e2e {
+            row(
+                &format!("8 sampler steps {k}"),
+                &format!("steps8.{k}"),
+                off_ref,
+                &aria,
+            );
+        }
+        if o.e2e {
+            row(
+                &format!("generate() {k} after load"),
+                &format!("generate.{k}"),
+                off_ref,
+                &aria,
+            );
+            row(
+                &format!("whole process {k}"),
+                &format!("process.{k}"),
+                off_ref,
+                &aria,
+            );
+        }
+    }
+    if reference.is_some() {
+        println!(
+            "(official: text encoder in its folder dtype; aria: its default text path. aria's 8 \
+             steps are from generate() in the e2e child, the official ones from bench.py's sampling)"
+        );
+    }
+    Ok(())
+}
