@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use aria::noise::SeedGenerator;
-use aria::pipeline::Precision;
+use aria::pipeline::{GenerateRequest, Precision, SamplingDefaults};
 use aria::{DeviceKind, Error, Result, SamplerKind};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -43,8 +43,16 @@ pub enum Cmd {
     Decode(DecodeArgs),
     /// Show parameter counts, dtypes and the memory plan of a model.
     Info(InfoArgs),
+    /// Write a pre-quantized copy of a model folder (q8, q4, q4-mixed).
+    Quantize(crate::quantize::QuantizeArgs),
     /// List the model folders that discovery finds (Hugging Face cache, working directory).
     Models,
+    /// Activation steering: extract directions, sweep their strength, inspect direction files.
+    Steer(crate::steer::SteerArgs),
+    /// The warm-start cache: stats, list, import audio, clear.
+    Cache(crate::cache::CacheArgs),
+    /// Open-ended generation chunk by chunk, to a WAV file or raw PCM on stdout.
+    Stream(Box<crate::stream::StreamArgs>),
 }
 
 /// `--device`.
@@ -76,6 +84,10 @@ pub enum Sampler {
     Pingpong,
     /// Euler (the base models' sampler).
     Euler,
+    /// 4th-order Runge–Kutta (4 model evaluations per step).
+    Rk4,
+    /// DPM-Solver++ (2M) for rectified flow.
+    Dpmpp,
 }
 
 impl From<Sampler> for SamplerKind {
@@ -83,6 +95,8 @@ impl From<Sampler> for SamplerKind {
         match s {
             Sampler::Pingpong => SamplerKind::PingPong,
             Sampler::Euler => SamplerKind::Euler,
+            Sampler::Rk4 => SamplerKind::Rk4,
+            Sampler::Dpmpp => SamplerKind::DpmPp,
         }
     }
 }
@@ -170,12 +184,13 @@ pub struct GenerateArgs {
     /// Batch size (default: the number of prompts; one prompt is repeated).
     #[arg(long)]
     pub batch_size: Option<usize>,
-    /// Sampler steps.
-    #[arg(long, default_value_t = 8)]
-    pub steps: usize,
-    /// Classifier-free guidance scale (1 = off).
-    #[arg(long, visible_alias = "cfg-scale", default_value_t = 1.0)]
-    pub cfg: f32,
+    /// Sampler steps (default: the model's preset, 8, or 50 for the -base models).
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// Classifier-free guidance scale, 1 = off (default: the model's preset, 1, or 7 for the
+    /// -base models).
+    #[arg(long, visible_alias = "cfg-scale")]
+    pub cfg: Option<f32>,
     /// Negative prompt (with --cfg other than 1; one, or one per batch item).
     #[arg(long, num_args = 1..)]
     pub negative_prompt: Vec<String>,
@@ -185,6 +200,19 @@ pub struct GenerateArgs {
     /// Sampler (default: what the model's objective uses).
     #[arg(long, value_enum)]
     pub sampler: Option<Sampler>,
+    /// Distribution shift of the schedule, TYPE[:KEY=VALUE,...] with TYPE none, logsnr, full or
+    /// flux and the keys of `sampling_distribution_shift_options` (default: the model's).
+    #[arg(long, visible_alias = "dist-shift")]
+    pub shift: Option<String>,
+    /// Guide only while LO <= sigma <= HI (LO,HI).
+    #[arg(long)]
+    pub cfg_interval: Option<String>,
+    /// CFG rescale phi (0 = off).
+    #[arg(long, visible_alias = "scale-phi", default_value_t = 0.0)]
+    pub cfg_rescale: f32,
+    /// Clamp of the guidance difference's norm (0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    pub cfg_norm_threshold: f32,
     /// Start from this audio (audio-to-audio).
     #[arg(long)]
     pub init_audio: Option<PathBuf>,
@@ -231,6 +259,18 @@ pub struct GenerateArgs {
     /// Text-encoder arithmetic (default: what the model folder asks for).
     #[arg(long, value_enum)]
     pub text_precision: Option<TextPrecision>,
+    #[command(flatten)]
+    pub quant: crate::quantize::PrecisionArgs,
+    /// Steer with a direction file:
+    /// FILE[:site=residual|latent|text][:block=K][:strength=A][:steps=LO-HI][:op=add|project][:scale=norm|raw]
+    /// (repeatable; applied in the order given, each acting on the previous one's output).
+    #[arg(long, value_name = "SPEC")]
+    pub steer: Vec<String>,
+    /// Use --steer direction files made for another model (their widths are still checked).
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub cache_opts: crate::cache::CacheOpts,
 }
 
 #[derive(Args)]
@@ -327,6 +367,56 @@ pub fn parse_lora(s: &str) -> Result<(PathBuf, f32)> {
         }
     }
     Ok((PathBuf::from(s), 1.0))
+}
+
+/// `--shift TYPE[:KEY=VALUE,...]` as a distribution shift.
+pub fn parse_shift(s: &str) -> Result<aria::pipeline::Shift> {
+    let (ty, rest) = s.split_once(':').unwrap_or((s, ""));
+    let mut obj = serde_json::Map::new();
+    obj.insert("type".into(), serde_json::Value::String(ty.trim().into()));
+    for kv in rest.split(',').filter(|p| !p.trim().is_empty()) {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| Error::Input(format!("--shift `{s}`: `{kv}` is not KEY=VALUE")))?;
+        let v = v.trim();
+        let value = match v {
+            "true" => serde_json::Value::Bool(true),
+            "false" => serde_json::Value::Bool(false),
+            n => serde_json::Number::from_f64(
+                n.parse::<f64>()
+                    .map_err(|_| Error::Input(format!("--shift `{s}`: `{v}` is not a number")))?,
+            )
+            .map(serde_json::Value::Number)
+            .ok_or_else(|| Error::Input(format!("--shift `{s}`: `{v}` is not finite")))?,
+        };
+        obj.insert(k.trim().into(), value);
+    }
+    aria::pipeline::Shift::parse(Some(&serde_json::Value::Object(obj)))
+        .map_err(|e| Error::Input(format!("--shift `{s}`: {e}")))
+}
+
+/// Set the sampling fields of `req` from the flags, the model's preset `defaults` where a
+/// flag is not given.
+pub fn apply_sampling(
+    args: &GenerateArgs,
+    defaults: SamplingDefaults,
+    req: &mut GenerateRequest,
+) -> Result<()> {
+    req.steps = args.steps.unwrap_or(defaults.steps);
+    req.cfg_scale = args.cfg.unwrap_or(defaults.cfg_scale);
+    req.apg_scale = args.apg;
+    req.sampler = Some(args.sampler.map_or(defaults.sampler, Into::into));
+    req.shift = args.shift.as_deref().map(parse_shift).transpose()?;
+    if let Some(iv) = &args.cfg_interval {
+        let bad = || Error::Input(format!("--cfg-interval `{iv}`: expected LO,HI"));
+        let (lo, hi) = iv.split_once(',').ok_or_else(bad)?;
+        let lo: f32 = lo.trim().parse().map_err(|_| bad())?;
+        let hi: f32 = hi.trim().parse().map_err(|_| bad())?;
+        req.cfg_interval = (lo, hi);
+    }
+    req.cfg_rescale = args.cfg_rescale;
+    req.cfg_norm_threshold = args.cfg_norm_threshold;
+    Ok(())
 }
 
 /// The LoRAs of `--lora` with `--lora-strength` / `--lora-index` applied.
@@ -512,7 +602,7 @@ mod tests {
         assert_eq!(b.len(), 2);
         assert_eq!((b[0].seconds, b[1].seconds), (3.0, 4.0));
         assert_eq!((b[0].prompt.as_str(), b[1].prompt.as_str()), ("a", "b"));
-        assert_eq!(g.cfg, 7.0);
+        assert_eq!(g.cfg, Some(7.0));
         assert_eq!(
             loras(&g).unwrap(),
             vec![(PathBuf::from("x.safetensors"), 0.5)]
@@ -527,6 +617,47 @@ mod tests {
         assert!(batch(&gen(&["-p", "a", "b", "-s", "1", "2", "3"])).is_err());
         assert!(seed(Some(-2)).is_err());
         assert_eq!(seed(Some(7)).unwrap(), Some(7));
+    }
+
+    #[test]
+    fn presets_and_sampling_flags() {
+        let base = SamplingDefaults::for_objective(aria::pipeline::Objective::RectifiedFlow);
+        let mut req = GenerateRequest::new("x", 1.0);
+        apply_sampling(&gen(&["-p", "x"]), base, &mut req).unwrap();
+        assert_eq!((req.steps, req.cfg_scale), (50, 7.0));
+        assert_eq!(req.sampler, Some(SamplerKind::Euler));
+        let g = gen(&[
+            "-p",
+            "x",
+            "--steps",
+            "12",
+            "--cfg",
+            "2",
+            "--sampler",
+            "dpmpp",
+            "--shift",
+            "flux:alpha_min=1.5,alpha_max=4",
+            "--cfg-interval",
+            "0.2,0.9",
+            "--cfg-rescale",
+            "0.7",
+        ]);
+        apply_sampling(&g, base, &mut req).unwrap();
+        assert_eq!((req.steps, req.cfg_scale), (12, 2.0));
+        assert_eq!(req.sampler, Some(SamplerKind::DpmPp));
+        assert_eq!(req.cfg_interval, (0.2, 0.9));
+        assert_eq!(req.cfg_rescale, 0.7);
+        assert!(matches!(
+            req.shift,
+            Some(aria::pipeline::Shift::Flux { alpha_min, alpha_max, .. })
+                if alpha_min == 1.5 && alpha_max == 4.0
+        ));
+        assert!(parse_shift("none").is_ok());
+        assert!(parse_shift("flux:alpha=2").is_err());
+        assert!(parse_shift("spiral").is_err());
+        assert!(parse_shift("full:base_shift=x").is_err());
+        let g = gen(&["-p", "x", "--cfg-interval", "0.2"]);
+        assert!(apply_sampling(&g, base, &mut req).is_err());
     }
 
     #[test]

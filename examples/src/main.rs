@@ -2,7 +2,11 @@
 //! `aria` library. Each subcommand is a short composition of library calls.
 
 mod args;
+mod cache;
 mod output;
+mod quantize;
+mod steer;
+mod stream;
 mod ui;
 
 use std::path::{Path, PathBuf};
@@ -168,6 +172,9 @@ impl Outputs {
 }
 
 fn generate(args: &GenerateArgs, cx: &Ctx) -> Result<()> {
+    if args.cache_opts.cache.is_some() {
+        return cache::generate(args, &args.cache_opts, cx);
+    }
     let ui = &cx.ui;
     let items = args::batch(args)?;
     let ranges = args::inpaint_ranges(args)?;
@@ -196,25 +203,26 @@ fn generate(args: &GenerateArgs, cx: &Ctx) -> Result<()> {
         text_precision: args.text_precision.map(Into::into),
         chunked_decode: args.decode.chunked(),
         device: cx.device,
+        precision: args.quant.precision(),
+        w8a8: args.quant.w8a8,
         ..Default::default()
     };
+    let specs = steer::parse_specs(&args.steer)?;
     let pipe = load(&args.model.model, &opts, ui)?;
+    let steering = steer::generate_hook(&pipe, &specs, args.force, ui)?;
     let ready = ui.start.elapsed();
     let reqs: Vec<GenerateRequest> = items
         .iter()
         .map(|it| {
             let mut req = GenerateRequest::new(it.prompt.clone(), it.seconds);
-            req.steps = args.steps;
-            req.cfg_scale = args.cfg;
-            req.apg_scale = args.apg;
+            args::apply_sampling(args, pipe.sampling_defaults(), &mut req)?;
             req.negative_prompt = it.negative.clone();
-            req.sampler = args.sampler.map(Into::into);
             req.duration_padding_sec = args.duration_padding;
             req.init_audio = init_audio.clone();
             req.inpaint = inpaint.clone();
-            req
+            Ok(req)
         })
-        .collect();
+        .collect::<Result<_>>()?;
 
     // The audio goes to the files as it is decoded.
     let channels = pipe.autoencoder().config().audio_channels;
@@ -223,6 +231,9 @@ fn generate(args: &GenerateArgs, cx: &Ctx) -> Result<()> {
         let mut sink = |c: &AudioChunk<'_>| files.write(c);
         let mut progress = ui.generation_progress();
         let opts = RunOptions {
+            hook: steering
+                .as_ref()
+                .map(|h| h as &dyn aria_core::hooks::ActivationHook),
             progress: Some(&mut progress),
             audio: AudioOutput::Stream(&mut sink),
             ..Default::default()
@@ -271,8 +282,8 @@ fn generate(args: &GenerateArgs, cx: &Ctx) -> Result<()> {
             "seed": seed,
             "rng": args.noise.rng.to_string(),
             "noise_file": args.noise.noise.as_ref().map(|p| p.display().to_string()),
-            "steps": args.steps,
-            "cfg_scale": args.cfg,
+            "steps": reqs[0].steps,
+            "cfg_scale": reqs[0].cfg_scale,
             "sample_rate": pipe.sample_rate(),
             "channels": channels,
             "latents": out.latents.shape(),
@@ -460,6 +471,7 @@ fn info(args: &InfoArgs, cx: &Ctx) -> Result<()> {
             &[10.0, 30.0]
         )
     );
+    print!("{}", quantize::memory_plan(&files)?);
     Ok(())
 }
 
@@ -531,7 +543,11 @@ fn run(cli: &Cli, start: Instant) -> Result<()> {
         Cmd::Encode(a) => encode(a, &cx),
         Cmd::Decode(a) => decode(a, &cx),
         Cmd::Info(a) => info(a, &cx),
+        Cmd::Quantize(a) => quantize::run(a, &cx),
         Cmd::Models => models(&cx),
+        Cmd::Steer(a) => steer::run(a, &cx),
+        Cmd::Cache(a) => cache::run(a, &cx),
+        Cmd::Stream(a) => stream::run(a, &cx),
     }
 }
 

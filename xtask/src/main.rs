@@ -4,12 +4,17 @@
 
 use std::process::ExitCode;
 
+mod bench_cache;
 mod bench_codec;
 mod bench_core;
 mod bench_dit;
 mod bench_e2e;
+mod bench_index;
 mod bench_official;
+mod bench_quant;
+mod bench_steer;
 mod bench_text;
+mod cuda_check;
 mod fidelity;
 mod synth;
 
@@ -17,10 +22,15 @@ fn usage() -> &'static str {
     "usage: cargo xtask <task>\n\
      tasks:\n\
      \x20 bench core|text|dit|codec|e2e [options]   run a benchmark\n\
+     \x20 bench steer [--reps N] [--preset tiny]     DiT forward with and without steering\n\
+     \x20 bench index [--sizes A,B] [options]       vector indexes on MiniLM caption embeddings\n\
+     \x20 bench cache [--requests N] [options]      replay AudioCaps prompts through the warm-start cache\n\
      \x20 bench official [--ref-dir DIR] [options]  the official code and aria side by side\n\
+     \x20 bench quant [--model DIR] [options]       quantized DiT: peak RSS, speed, quality\n\
      \x20 synth-model --preset small-music|small-sfx|medium --dtype f32|f16 --out DIR\n\
      \x20                                            write a random real-shape checkpoint\n\
-     \x20 fidelity --model DIR --cases FILE          compare with official reference outputs"
+     \x20 fidelity --model DIR --cases FILE          compare with official reference outputs\n\
+     \x20 cuda-check [--skip-tests] [options]        CUDA backend: build, parity, timing (GPU)"
 }
 
 fn main() -> ExitCode {
@@ -33,12 +43,17 @@ fn main() -> ExitCode {
             Some("dit") => bench_dit::run(&rest(2)),
             Some("codec") => bench_codec::run(&rest(2)),
             Some("e2e") => bench_e2e::run(&rest(2)),
+            Some("index") => bench_index::run(&rest(2)),
             Some("official") => bench_official::run(&rest(2)),
+            Some("quant") => bench_quant::run(&rest(2)),
+            Some("steer") => bench_steer::run(&rest(2)),
+            Some("cache") => bench_cache::run(&rest(2)),
             Some(other) => Err(format!("unknown benchmark `{other}`\n{}", usage())),
             None => Err(usage().to_string()),
         },
         Some("synth-model") => synth::run(&rest(1)),
         Some("fidelity") => fidelity::run(&rest(1)),
+        Some("cuda-check") => cuda_check::run(&rest(1)),
         _ => Err(usage().to_string()),
     };
     match res {

@@ -1,8 +1,52 @@
 //! # aria-cache
 //!
-//! **Status: planned; nothing is implemented yet.** A SoundWeaver-style warm-start cache for
-//! serving: retrieve a semantically close cached clip (embedder trait, exact and IVF vector
-//! index, pyramid segment embeddings), align its duration with a phase vocoder, noise it to an
-//! intermediate step and run only the remaining denoising steps; a contextual-bandit skip gater,
-//! importance-based eviction with decay, refinement, and persistence across restarts. It drives
-//! generation through a small `Generator` trait and depends on `aria-core` only.
+//! A SoundWeaver-style warm-start cache for serving: retrieve a semantically close cached clip
+//! (embedder trait, exact and IVF vector index, pyramid segment embeddings), align its duration
+//! with a phase vocoder, noise it to an intermediate step and run only the remaining denoising
+//! steps. It drives generation through a small `Generator` trait and depends on `aria-core` only.
+//!
+//! The path of one request ([`Cache::generate`]):
+//!
+//! 1. [`Embedder`] → prompt vector; the [`index`] returns the top-K entries;
+//! 2. [`select`]: the quality gate (eq. 1), the duration gate (eq. 2) and a seeded draw
+//!    `p ∝ exp(s_pos/τ)`;
+//! 3. [`warm::align`]: the entry's stored latents when its duration matches, else its audio
+//!    stretched by the phase [`vocoder`] and encoded by the [`Generator`];
+//! 4. the generator noises `x̂₀` to the schedule's σ at the skip step and runs the rest;
+//! 5. the reuse is recorded (importance) and the result admitted to the [`store`] (SQLite).
+//!
+//! Without CLAP weights the similarity of a cached clip to a prompt is that of the prompt that
+//! made (or describes) the clip; an embedder with an audio side replaces it unchanged.
+//! `aria::cache` (the `aria` crate's `cache` feature) implements [`Generator`] for its pipeline.
+//!
+//! The index on its own (any unit vectors; here three tiny hand-made ones):
+//!
+//! ```
+//! use aria_cache::index::{ExactIndex, VectorIndex};
+//! # fn main() -> aria_cache::Result<()> {
+//! let mut index = ExactIndex::new(3);
+//! index.add(7, &[1.0, 0.0, 0.0])?;
+//! index.add(8, &[0.0, 1.0, 0.0])?;
+//! index.add(9, &[0.6, 0.8, 0.0])?;
+//! let hits = index.search(&[0.0, 1.0, 0.0], 2)?;
+//! assert_eq!(hits.iter().map(|h| h.id).collect::<Vec<_>>(), vec![8, 9]);
+//! assert!(index.add(10, &[1.0, 0.0]).is_err()); // a wrong dimension is an error, not a panic
+//! # Ok(()) }
+//! ```
+
+mod error;
+
+pub mod cache;
+pub mod embed;
+pub mod index;
+pub mod select;
+pub mod store;
+pub mod tempo;
+pub mod vocoder;
+pub mod warm;
+
+pub use cache::{Cache, CacheConfig, IndexKind, Lookup, Outcome, Overhead};
+pub use embed::Embedder;
+pub use error::{CacheError, Result};
+pub use store::{Audio, Store};
+pub use warm::{Generation, Generator, Request, SkipPolicy, WarmLatents};

@@ -19,6 +19,7 @@ use memmap2::Mmap;
 use serde::Deserialize;
 
 pub use crate::error::SafeTensorsErrorKind;
+use crate::nn::{PackedSource, PackedWeight};
 use crate::storage::Storage;
 use crate::tensor::contiguous_strides;
 use crate::{CoreError, DType, Result, Tensor};
@@ -41,6 +42,9 @@ pub struct TensorInfo {
 pub struct SafeTensorsFile {
     path: PathBuf,
     map: Arc<Mmap>,
+    /// Whether `map` maps the file (its pages can be dropped and read again), rather than an
+    /// anonymous copy ([`SafeTensorsFile::from_bytes`]).
+    file_backed: bool,
     tensors: BTreeMap<String, TensorInfo>,
     metadata: HashMap<String, String>,
 }
@@ -342,6 +346,7 @@ impl SafeTensorsFile {
         Ok(SafeTensorsFile {
             path: path.to_path_buf(),
             map: Arc::new(map),
+            file_backed: true,
             tensors,
             metadata,
         })
@@ -363,6 +368,7 @@ impl SafeTensorsFile {
         Ok(SafeTensorsFile {
             path,
             map: Arc::new(map),
+            file_backed: false,
             tensors,
             metadata,
         })
@@ -381,6 +387,26 @@ impl SafeTensorsFile {
     /// The `__metadata__` map.
     pub fn metadata(&self) -> &HashMap<String, String> {
         &self.metadata
+    }
+
+    /// Drop the resident pages of tensor `name` from this process (`madvise(MADV_DONTNEED)` on
+    /// the whole pages inside its byte range), e.g. once its packed form exists: the resident
+    /// set shrinks at once. Tensors still viewing those bytes stay valid: the read-only file
+    /// mapping reads them from the file again on the next access. Returns the bytes released
+    /// (0 for an in-memory file, which has no file to read them from, and on platforms without
+    /// `madvise`).
+    pub fn release(&self, name: &str) -> Result<usize> {
+        let info = self
+            .tensors
+            .get(name)
+            .ok_or_else(|| CoreError::MissingTensor {
+                name: name.to_string(),
+                files: self.path.display().to_string(),
+            })?;
+        if !self.file_backed {
+            return Ok(0);
+        }
+        release_range(&self.map, info.start, info.end)
     }
 
     /// The named tensor, borrowed from the map when aligned (copied otherwise).
@@ -420,6 +446,34 @@ impl SafeTensorsFile {
     }
 }
 
+/// Page size assumed when rounding a release to whole pages (the largest base page of the
+/// supported platforms; a smaller real page only leaves a few more pages resident).
+const RELEASE_PAGE: usize = 16 * 1024;
+
+#[cfg(unix)]
+fn release_range(map: &Mmap, start: usize, end: usize) -> Result<usize> {
+    let base = map.as_ptr() as usize;
+    // Only whole pages inside [start, end): neighbouring tensors keep theirs.
+    let first = (base + start).div_ceil(RELEASE_PAGE) * RELEASE_PAGE - base;
+    let last = ((base + end) / RELEASE_PAGE * RELEASE_PAGE).saturating_sub(base);
+    if last <= first || last > map.len() {
+        return Ok(0);
+    }
+    // SAFETY: `map` is a read-only mapping of a file (checked by the caller through
+    // `file_backed`) and aria never writes through it, so MADV_DONTNEED only drops the
+    // process's copies of clean file pages: any later read of these bytes, through a tensor
+    // still viewing them or otherwise, faults the same bytes in from the file again. No
+    // reference ever observes different contents. The range lies inside the mapping.
+    unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, last - first) }
+        .map_err(|e| CoreError::Invalid(format!("madvise(MADV_DONTNEED) failed: {e}")))?;
+    Ok(last - first)
+}
+
+#[cfg(not(unix))]
+fn release_range(_map: &Mmap, _start: usize, _end: usize) -> Result<usize> {
+    Ok(0)
+}
+
 fn copy_tensor(bytes: &[u8], dtype: DType, shape: &[usize]) -> Result<Tensor> {
     fn go<T: crate::Elem>(b: &[u8], shape: &[usize]) -> Result<Tensor> {
         Tensor::from_vec(bytemuck::pod_collect_to_vec::<u8, T>(b), shape)
@@ -450,6 +504,7 @@ pub struct WeightLoader {
     files: Arc<Files>,
     prefix: String,
     dtype: Option<DType>,
+    packed: Option<Arc<dyn PackedSource>>,
 }
 
 impl WeightLoader {
@@ -490,6 +545,7 @@ impl WeightLoader {
             files: Arc::new(Files { files, index }),
             prefix: String::new(),
             dtype: None,
+            packed: None,
         })
     }
 
@@ -566,6 +622,7 @@ impl WeightLoader {
             files: self.files.clone(),
             prefix,
             dtype: self.dtype,
+            packed: self.packed.clone(),
         }
     }
 
@@ -575,7 +632,39 @@ impl WeightLoader {
             files: self.files.clone(),
             prefix: self.prefix.clone(),
             dtype,
+            packed: self.packed.clone(),
         }
+    }
+
+    /// A loader whose layers take their weights from `source` where it has a packed form
+    /// ([`crate::nn::Linear::load`] asks it first), so a pre-quantized checkpoint loads
+    /// without reading any dense weight it replaces.
+    pub fn with_packed(&self, source: Arc<dyn PackedSource>) -> WeightLoader {
+        WeightLoader {
+            packed: Some(source),
+            ..self.clone()
+        }
+    }
+
+    /// The packed form of the weight `name` (under the current prefix) with logical shape
+    /// `[out, in]`, if a packed source is attached and holds one.
+    pub fn packed_weight(
+        &self,
+        name: &str,
+        shape: [usize; 2],
+    ) -> Result<Option<Arc<dyn PackedWeight>>> {
+        match &self.packed {
+            Some(src) => src.packed(&self.full_name(name), shape),
+            None => Ok(None),
+        }
+    }
+
+    /// Drop the resident pages of tensor `name` (under the current prefix); see
+    /// [`SafeTensorsFile::release`]. Returns the bytes released.
+    pub fn release(&self, name: &str) -> Result<usize> {
+        let full = self.full_name(name);
+        let (f, _) = self.locate(&full)?;
+        f.release(&full)
     }
 
     /// The current prefix.

@@ -18,10 +18,13 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+
+use aria_core::nn::{PackedSource, PackedWeight};
 use aria_core::{save_safetensors, DType, SafeTensorsFile, Tensor};
 use serde_json::{json, Value};
 
-use crate::{xxh64, Format, PackedMatrix, QuantError, Result};
+use crate::{xxh64, Compute, Format, PackedMatrix, QuantError, Result};
 
 /// Version of the packed-file container (the metadata keys and the table).
 pub const CONTAINER_VERSION: u32 = 1;
@@ -320,5 +323,46 @@ impl PackedFile {
             ));
         }
         Ok(self.file.tensor(name)?)
+    }
+}
+
+/// A [`PackedFile`] as the packed source of a model loader
+/// ([`aria_core::WeightLoader::with_packed`]): layers whose weight the file holds packed get it
+/// (checksum and shape checked, bytes borrowed from the mapping), computing in `compute` mode
+/// where the format supports it (W8A8 on `q8_0`; other formats stay weight-only).
+#[derive(Debug)]
+pub struct PackedFileSource {
+    file: PackedFile,
+    compute: Compute,
+}
+
+impl PackedFileSource {
+    /// A source over `file` computing in `compute` mode.
+    pub fn new(file: PackedFile, compute: Compute) -> PackedFileSource {
+        PackedFileSource { file, compute }
+    }
+
+    /// The packed file.
+    pub fn file(&self) -> &PackedFile {
+        &self.file
+    }
+}
+
+impl PackedSource for PackedFileSource {
+    fn packed(
+        &self,
+        name: &str,
+        shape: [usize; 2],
+    ) -> aria_core::Result<Option<Arc<dyn PackedWeight>>> {
+        if !self.file.is_packed(name) {
+            return Ok(None);
+        }
+        let m = self.file.packed(name, Some(shape))?;
+        let m = if self.compute.supports(m.format()) {
+            m.with_compute(self.compute)?
+        } else {
+            m
+        };
+        Ok(Some(Arc::new(m)))
     }
 }

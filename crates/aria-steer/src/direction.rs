@@ -139,6 +139,35 @@ pub struct DirectionMeta {
     /// Strength used when a spec gives none.
     #[serde(default)]
     pub default_strength: Option<f32>,
+    /// How the extraction ran (generation settings of the contrast runs), when recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<ExtractSettings>,
+}
+
+/// The generation settings of an extraction's contrast runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExtractSettings {
+    /// Duration of each run (seconds; audio-side runs use the clip's, capped at the model's
+    /// maximum).
+    pub seconds: f64,
+    /// Headroom added to the duration when sizing the latents (seconds).
+    pub duration_padding: f64,
+    /// Sampler steps.
+    pub steps: usize,
+    /// Classifier-free guidance scale.
+    pub cfg_scale: f32,
+    /// Seed of example `i` is `seed + i` (pairs share a seed).
+    pub seed: u64,
+    /// The seed generator (`torch` or `aria`).
+    pub rng: String,
+    /// Audio-to-audio noise level of audio-side sets.
+    #[serde(default)]
+    pub audio_noise_level: Option<f32>,
+    /// The prompt of audio-side runs.
+    #[serde(default)]
+    pub audio_prompt: Option<String>,
+    /// Cross-validation folds of the probe.
+    pub folds: usize,
 }
 
 /// One stored direction.

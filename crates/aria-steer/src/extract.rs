@@ -370,6 +370,7 @@ pub fn build_direction_file(
             probe_accuracy: probe,
             best_block,
             default_strength: None,
+            settings: None,
         },
         entries,
     })

@@ -11,7 +11,9 @@
 //!   optional step span; several directions composed in order; strength 0 or a step outside the
 //!   span bit-identical to no steering;
 //! - [`spec`]: the `FILE[:site=…][:block=K][:strength=A][:steps=LO-HI][:op=…]` form;
-//! - [`extract`]: residual capture, difference in means, the logistic-probe separability report.
+//! - [`extract`]: residual capture, difference in means, the logistic-probe separability report;
+//! - [`sweep`]: dose-response measurements, their CSV and their plot ([`plot`]: a PNG line chart
+//!   with an embedded bitmap font).
 //!
 //! ```
 //! use aria_core::hooks::{run_hook, HookContext, HookSite};
@@ -36,10 +38,13 @@ mod error;
 pub mod extract;
 pub mod hook;
 pub mod identity;
+pub mod plot;
 pub mod spec;
+pub mod sweep;
 
 pub use direction::{
-    DirectionEntry, DirectionFile, DirectionMeta, NormScope, Site, StrengthConvention,
+    DirectionEntry, DirectionFile, DirectionMeta, ExtractSettings, NormScope, Site,
+    StrengthConvention,
 };
 pub use error::{Result, SteerError};
 pub use extract::ResidualCapture;

@@ -143,6 +143,7 @@ fn replay(folder: &str) {
             probe_accuracy: vec![],
             best_block: None,
             default_strength: None,
+            settings: None,
         },
         entries: vec![DirectionEntry {
             site: Site::Residual(add_block),

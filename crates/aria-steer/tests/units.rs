@@ -75,6 +75,7 @@ fn sample_file() -> DirectionFile {
             probe_accuracy: vec![(0, 0.6), (1, 0.9)],
             best_block: Some(1),
             default_strength: Some(0.1),
+            settings: None,
         },
         entries,
     }

@@ -43,16 +43,24 @@
 //! ## Cargo features
 //!
 //! * `wgpu`: builds the wgpu backend of `aria-core` ([`pipeline::DeviceKind::Wgpu`]).
-//! * `cuda`, `quant`, `steer`, `cache`: reserved for the CUDA backend, quantized weights,
-//!   activation steering and the warm-start cache; they enable nothing yet.
+//! * `quant`: quantized DiT weights ([`quant`], [`LoadOptions::precision`]) through
+//!   `aria-quant`.
+//! * `cache`: the warm-start cache of `aria-cache` drives the pipeline through [`cache`]
+//!   (`aria_cache::Generator`).
+//! * `cuda`, `steer`: reserved for the CUDA backend and activation steering; they enable
+//!   nothing yet.
 
+#[cfg(feature = "cache")]
+pub mod cache;
 pub mod discover;
 mod error;
 pub mod info;
 pub mod noise;
 pub mod pipeline;
 pub mod plan;
+pub mod quant;
 pub mod rng;
+pub mod stream;
 pub mod synth;
 
 pub use aria_codec::audio;
@@ -64,3 +72,4 @@ pub use pipeline::{
     AudioChunk, AudioOutput, AudioSink, BatchGenerated, CancelToken, DeviceKind, Event,
     GenerateRequest, Generated, LoadOptions, Pipeline, RunOptions, Timings,
 };
+pub use stream::{StreamChunk, StreamConfig, StreamGenerator};

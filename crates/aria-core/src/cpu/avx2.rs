@@ -455,3 +455,6 @@ pub unsafe fn dyt(o: &mut [f32], x: &[f32], alpha: f32, g: &[f32], b: &[f32]) {
         }
     }
 }
+
+super::kernels::row_kernels!(arith: super::simd::V8, [unsafe], #[target_feature(enable = "avx2,fma")]);
+super::kernels::row_kernels!(transcendental: super::simd::V8, #[target_feature(enable = "avx2,fma")]);

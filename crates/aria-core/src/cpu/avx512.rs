@@ -5,7 +5,9 @@
 use std::arch::x86_64::*;
 
 pub use super::avx2::{
-    dot, dyt, exp_sub_sum, max, scale, sigmoid, silu, sum, sumsq, sumsq_dev, swiglu,
+    add_mul_to, add_to, affine, axpby, dot, dyt, exp_sub_sum, geglu, geglu_tanh, gelu, gelu_tanh,
+    layer_norm_row, max, norm_gain, norm_gain1p, norm_gain_modulate, rope_half, scale, sigmoid,
+    silu, sin_pi, sin_pi_glu, softcap, sum, sumsq, sumsq_dev, swiglu,
 };
 use super::scalar;
 

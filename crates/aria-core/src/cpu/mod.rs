@@ -9,6 +9,38 @@
 //!
 //! Every kernel keeps each reduction inside one call on one thread, so results never depend on
 //! the thread count.
+//!
+//! # Which ops have per-ISA kernels
+//!
+//! The fused row kernels are written once over a small vector trait (`simd::Simd`: `f32`, AVX2
+//! `__m256`, NEON `float32x4_t`; AVX-512 reuses AVX2) and named identically in `scalar`, `avx2`,
+//! `avx512` and `neon`. The matrix micro-kernel, `dot`, the reductions, `exp`, SiLU/sigmoid/
+//! SwiGLU and DyT are hand-written per ISA.
+//!
+//! | op | kernels | paths vs scalar |
+//! |---|---|---|
+//! | `linear`, `matmul`, `conv1d`, `attention` (incl. differential, banded, chunked) | `gemm_tile`, `dot` | within 2e-6 (FMA, blocked sums) |
+//! | `softmax_last`, attention probabilities | `max`, `exp_sub_sum`, `scale` | within 1e-6 |
+//! | attention logit soft-capping | `softcap` | vector `tanh`, 3 ulp |
+//! | `rms_norm`, `rms_norm_modulate`, `split_heads` QK-norm | `sumsq` + `norm_gain`, `norm_gain1p`, `norm_gain_modulate` | per element bit-identical; the sum of squares is blocked per path |
+//! | `layer_norm` | `sum`, `sumsq_dev` + `layer_norm_row` | as above |
+//! | `gated_residual_add` | `add_mul_to`, `add_to` | bit-identical |
+//! | `rope`, `split_heads`/`qkv_heads` RoPE | `rope_half` | bit-identical |
+//! | `axpby` | `axpby` | bit-identical |
+//! | `affine`, `add_scalar`, `mul_scalar` | `affine`, `scale` | bit-identical |
+//! | `silu`, `sigmoid`, `glu` (SwiGLU) | `silu`, `sigmoid`, `swiglu` | within 1e-6 |
+//! | `gelu`, `gelu_tanh`, `glu` (GeGLU) | `gelu`, `gelu_tanh`, `geglu`, `geglu_tanh` | erf: A&S 7.1.26 (2e-7 absolute); tanh: 3 ulp |
+//! | `sin_pi`, `glu` (sin gate of SAME-L) | `sin_pi`, `sin_pi_glu` | three-part π reduction, ≤ 1.2e-7 absolute |
+//! | `dyt`, `qkv_heads` DyT QK-norm | `dyt` | vector `tanh`, 3 ulp |
+//!
+//! Portable on purpose (one kernel for every path): the pure data movement (`split_heads`
+//! without norm, `merge_heads`, `pad`, `fill_masked_rows`, layout copies: `copy_from_slice`);
+//! `tanh` (the codec's soft clip is pinned to `f32::tanh`); `std_last` (sequential f32 sums, as
+//! documented); `apg_guidance` (f64 reductions in element order define its bits);
+//! `fourier_features` and the RoPE tables (correctly rounded f64 sine/cosine). Every
+//! transcendental kernel sends a row's tail through the same vector code on a padded buffer, so
+//! an element's bits never depend on where its row or chunk starts (windowed decoding relies on
+//! this).
 
 use std::cell::Cell;
 use std::sync::OnceLock;
@@ -18,9 +50,11 @@ pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
 pub(crate) mod gemm;
+pub(crate) mod kernels;
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon;
 pub mod scalar;
+pub(crate) mod simd;
 
 /// An instruction-set path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -233,5 +267,84 @@ pub(crate) mod rows {
     /// `o ← v · silu(g)`.
     pub fn swiglu(isa: Isa, o: &mut [f32], v: &[f32], g: &[f32]) {
         dispatch!(isa, swiglu(o, v, g))
+    }
+    /// `o ← x·inv·γ`.
+    pub fn norm_gain(isa: Isa, o: &mut [f32], x: &[f32], inv: f32, g: &[f32]) {
+        dispatch!(isa, norm_gain(o, x, inv, g))
+    }
+    /// `o ← x·inv·(1 + γ)`.
+    pub fn norm_gain1p(isa: Isa, o: &mut [f32], x: &[f32], inv: f32, g: &[f32]) {
+        dispatch!(isa, norm_gain1p(o, x, inv, g))
+    }
+    /// `o ← (x·inv·γ)·(1 + sc) + sh`.
+    pub fn norm_gain_modulate(
+        isa: Isa,
+        o: &mut [f32],
+        x: &[f32],
+        inv: f32,
+        g: &[f32],
+        sc: &[f32],
+        sh: &[f32],
+    ) {
+        dispatch!(isa, norm_gain_modulate(o, x, inv, g, sc, sh))
+    }
+    /// `x ← (x − mean)·inv`, then `·w` and `+ b` where given.
+    pub fn layer_norm_row(
+        isa: Isa,
+        x: &mut [f32],
+        mean: f32,
+        inv: f32,
+        w: Option<&[f32]>,
+        b: Option<&[f32]>,
+    ) {
+        dispatch!(isa, layer_norm_row(x, mean, inv, w, b))
+    }
+    /// `h ← h + u`.
+    pub fn add_to(isa: Isa, h: &mut [f32], u: &[f32]) {
+        dispatch!(isa, add_to(h, u))
+    }
+    /// `h ← h + u·g`.
+    pub fn add_mul_to(isa: Isa, h: &mut [f32], u: &[f32], g: &[f32]) {
+        dispatch!(isa, add_mul_to(h, u, g))
+    }
+    /// `o ← a·x + b·y`.
+    pub fn axpby(isa: Isa, o: &mut [f32], a: f32, x: &[f32], b: f32, y: &[f32]) {
+        dispatch!(isa, axpby(o, a, x, b, y))
+    }
+    /// Rotate-half rotary embedding of one row on its first `c.len()` dims.
+    pub fn rope_half(isa: Isa, x: &mut [f32], c: &[f32], s: &[f32]) {
+        dispatch!(isa, rope_half(x, c, s))
+    }
+    /// `x ← x·a + b`.
+    pub fn affine(isa: Isa, x: &mut [f32], a: f32, b: f32) {
+        dispatch!(isa, affine(x, a, b))
+    }
+    /// `x ← cap·tanh(x / cap)`.
+    pub fn softcap(isa: Isa, x: &mut [f32], cap: f32) {
+        dispatch!(isa, softcap(x, cap))
+    }
+    /// `x ← sin(π·x)`.
+    pub fn sin_pi(isa: Isa, x: &mut [f32]) {
+        dispatch!(isa, sin_pi(x))
+    }
+    /// `x ← gelu(x)` (erf form).
+    pub fn gelu(isa: Isa, x: &mut [f32]) {
+        dispatch!(isa, gelu(x))
+    }
+    /// `x ← gelu_tanh(x)`.
+    pub fn gelu_tanh(isa: Isa, x: &mut [f32]) {
+        dispatch!(isa, gelu_tanh(x))
+    }
+    /// `o ← v·gelu(g)`.
+    pub fn geglu(isa: Isa, o: &mut [f32], v: &[f32], g: &[f32]) {
+        dispatch!(isa, geglu(o, v, g))
+    }
+    /// `o ← v·gelu_tanh(g)`.
+    pub fn geglu_tanh(isa: Isa, o: &mut [f32], v: &[f32], g: &[f32]) {
+        dispatch!(isa, geglu_tanh(o, v, g))
+    }
+    /// `o ← v·sin(π·g)`.
+    pub fn sin_pi_glu(isa: Isa, o: &mut [f32], v: &[f32], g: &[f32]) {
+        dispatch!(isa, sin_pi_glu(o, v, g))
     }
 }

@@ -404,3 +404,6 @@ pub unsafe fn dyt(o: &mut [f32], x: &[f32], alpha: f32, g: &[f32], b: &[f32]) {
         }
     }
 }
+
+super::kernels::row_kernels!(arith: super::simd::V4, [unsafe], #[target_feature(enable = "neon")]);
+super::kernels::row_kernels!(transcendental: super::simd::V4, #[target_feature(enable = "neon")]);

@@ -156,3 +156,65 @@ pub(crate) const TANH_TAYLOR: [f32; 7] = [
     0.133_333_33,
     -0.333_333_34,
 ];
+
+crate::cpu::kernels::row_kernels!(arith: f32, []);
+
+/// `x ← cap·tanh(x / cap)` (logit soft-capping).
+pub fn softcap(x: &mut [f32], cap: f32) {
+    x.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
+}
+
+/// `sin(π·v)` with π rounded to f32 and the product rounded before `f32::sin`.
+#[inline(always)]
+fn sin_pi_f(v: f32) -> f32 {
+    (std::f32::consts::PI * v).sin()
+}
+
+/// Exact GELU `0.5·v·(1 + erf(v/√2))` (`libm::erff`).
+#[inline(always)]
+fn gelu_f(v: f32) -> f32 {
+    0.5 * v * (1.0 + libm::erff(v * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+/// Tanh GELU `0.5·v·(1 + tanh(√(2/π)·(v + 0.044715·v³)))`.
+#[inline(always)]
+fn gelu_tanh_f(v: f32) -> f32 {
+    const C: f32 = 0.797_884_6; // sqrt(2/pi)
+    0.5 * v * (1.0 + (C * (v + 0.044715 * v * v * v)).tanh())
+}
+
+/// `x ← sin(π·x)`.
+pub fn sin_pi(x: &mut [f32]) {
+    x.iter_mut().for_each(|v| *v = sin_pi_f(*v));
+}
+
+/// `x ← gelu(x)` (erf form).
+pub fn gelu(x: &mut [f32]) {
+    x.iter_mut().for_each(|v| *v = gelu_f(*v));
+}
+
+/// `x ← gelu_tanh(x)`.
+pub fn gelu_tanh(x: &mut [f32]) {
+    x.iter_mut().for_each(|v| *v = gelu_tanh_f(*v));
+}
+
+/// `o ← v·gelu(g)` (the shortest length counts).
+pub fn geglu(o: &mut [f32], v: &[f32], g: &[f32]) {
+    for ((o, v), g) in o.iter_mut().zip(v).zip(g) {
+        *o = v * gelu_f(*g);
+    }
+}
+
+/// `o ← v·gelu_tanh(g)` (the shortest length counts).
+pub fn geglu_tanh(o: &mut [f32], v: &[f32], g: &[f32]) {
+    for ((o, v), g) in o.iter_mut().zip(v).zip(g) {
+        *o = v * gelu_tanh_f(*g);
+    }
+}
+
+/// `o ← v·sin(π·g)` (the shortest length counts).
+pub fn sin_pi_glu(o: &mut [f32], v: &[f32], g: &[f32]) {
+    for ((o, v), g) in o.iter_mut().zip(v).zip(g) {
+        *o = v * sin_pi_f(*g);
+    }
+}

@@ -38,10 +38,15 @@ fn shape_err(name: &str, reason: String) -> CoreError {
 
 impl Linear {
     /// Load `weight` `[out, in]` (and `bias` `[out]` with [`Bias::Yes`]) under `vb`'s prefix,
-    /// in the stored dtype (memory-mapped when the file allows).
+    /// in the stored dtype (memory-mapped when the file allows). When the loader has a packed
+    /// source ([`WeightLoader::with_packed`]) holding this weight, the packed form is used and
+    /// the dense tensor is never read.
     pub fn load(vb: &WeightLoader, in_dim: usize, out_dim: usize, bias: Bias) -> Result<Self> {
+        if let Some(p) = vb.packed_weight("weight", [out_dim, in_dim])? {
+            return Self::finish(vb, Weight::Packed(p), vec![out_dim, in_dim], out_dim, bias);
+        }
         let w = vb.get("weight", &[out_dim, in_dim])?;
-        Self::finish(vb, w, vec![out_dim, in_dim], out_dim, bias)
+        Self::finish(vb, Weight::Dense(w), vec![out_dim, in_dim], out_dim, bias)
     }
 
     /// Load a kernel-1 `Conv1d` weight `[out, in, 1]` as a linear layer over the channel axis.
@@ -51,15 +56,19 @@ impl Linear {
         out_dim: usize,
         bias: Bias,
     ) -> Result<Self> {
+        let stored = vec![out_dim, in_dim, 1];
+        if let Some(p) = vb.packed_weight("weight", [out_dim, in_dim])? {
+            return Self::finish(vb, Weight::Packed(p), stored, out_dim, bias);
+        }
         let w = vb
             .get("weight", &[out_dim, in_dim, 1])?
             .reshape(&[out_dim, in_dim])?;
-        Self::finish(vb, w, vec![out_dim, in_dim, 1], out_dim, bias)
+        Self::finish(vb, Weight::Dense(w), stored, out_dim, bias)
     }
 
     fn finish(
         vb: &WeightLoader,
-        w: Tensor,
+        weight: Weight,
         stored_shape: Vec<usize>,
         out_dim: usize,
         bias: Bias,
@@ -70,7 +79,7 @@ impl Linear {
         };
         Ok(Linear {
             name: vb.prefix().trim_end_matches('.').to_string(),
-            weight: Weight::Dense(w),
+            weight,
             bias,
             stored_shape,
             adapters: Vec::new(),

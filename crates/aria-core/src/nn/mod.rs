@@ -35,4 +35,4 @@ mod weight;
 
 pub use conv::Conv1d;
 pub use linear::{Bias, Linear};
-pub use weight::{Adapter, LowRank, PackedWeight, Weight};
+pub use weight::{Adapter, LowRank, PackedSource, PackedWeight, Weight};

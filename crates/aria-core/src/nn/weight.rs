@@ -22,6 +22,18 @@ pub trait PackedWeight: Send + Sync + fmt::Debug {
     fn dequantize(&self) -> Result<Tensor>;
 }
 
+/// Where pre-quantized weights come from (a packed checkpoint, implemented by `aria-quant`),
+/// attached to a loader with [`WeightLoader::with_packed`](crate::WeightLoader::with_packed):
+/// [`Linear::load`](super::Linear::load) asks it for each layer's weight before reading a dense
+/// one.
+pub trait PackedSource: Send + Sync + fmt::Debug {
+    /// The packed weight stored as tensor `name` (the full checkpoint key, e.g.
+    /// `model.model.transformer.layers.0.ff.ff.2.weight`) with logical shape `[out, in]`;
+    /// `Ok(None)` when the source has no packed form of it (the layer then loads the dense
+    /// tensor). A packed entry of another shape, or corrupt bytes, is an error.
+    fn packed(&self, name: &str, shape: [usize; 2]) -> Result<Option<Arc<dyn PackedWeight>>>;
+}
+
 /// The low-rank form of an adapter: `Δy = scale · (x·Aᵀ)·Bᵀ` with `A [r, in]`, `B [out, r]`.
 #[derive(Debug, Clone)]
 pub struct LowRank {

@@ -132,17 +132,15 @@ impl RowCtx<'_> {
         s[..a].fill(0.0);
         s[b..].fill(0.0);
         let (j0, s) = (j0 + a, &mut s[a..b]);
-        for (c, e) in s.iter_mut().enumerate() {
-            let j = j0 + c;
-            let excluded = o.mask_mode == KeyMaskMode::Exclude && self.mask.is_some_and(|m| !m[j]);
-            if excluded {
-                *e = f32::NEG_INFINITY;
-            } else {
-                let mut x = *e * o.scale;
-                if let Some(cap) = o.softcap {
-                    x = cap * (x / cap).tanh();
+        rows::scale(self.isa, s, o.scale);
+        if let Some(cap) = o.softcap {
+            rows::softcap(self.isa, s, cap);
+        }
+        if let (KeyMaskMode::Exclude, Some(m)) = (o.mask_mode, self.mask) {
+            for (e, &valid) in s.iter_mut().zip(&m[j0..]) {
+                if !valid {
+                    *e = f32::NEG_INFINITY;
                 }
-                *e = x;
             }
         }
         let mx = rows::max(self.isa, s);

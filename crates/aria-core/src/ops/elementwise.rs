@@ -20,8 +20,9 @@ pub fn map(x: &Tensor, f: impl Fn(f32) -> f32 + Sync) -> Result<Tensor> {
     Tensor::from_vec(v, x.shape())
 }
 
-/// Apply a row kernel to every chunk of a copy of `x`.
-fn map_rows(x: &Tensor, f: fn(cpu::Isa, &mut [f32])) -> Result<Tensor> {
+/// Apply a row kernel to every chunk of a copy of `x` (the kernels work element by element, so
+/// the chunking never shows in the result).
+fn map_rows(x: &Tensor, f: impl Fn(cpu::Isa, &mut [f32]) + Sync) -> Result<Tensor> {
     let mut v = f32_data(x)?.into_owned();
     let isa = cpu::current();
     threads::install(|| v.par_chunks_mut(CHUNK).for_each(|c| f(isa, c)));
@@ -39,22 +40,6 @@ pub fn silu(x: &Tensor) -> Result<Tensor> {
         }
     );
     map_rows(x, rows::silu)
-}
-
-#[inline(always)]
-pub(crate) fn silu_f(v: f32) -> f32 {
-    v / (1.0 + (-v).exp())
-}
-
-#[inline(always)]
-pub(crate) fn gelu_tanh_f(v: f32) -> f32 {
-    const C: f32 = 0.797_884_6; // sqrt(2/pi)
-    0.5 * v * (1.0 + (C * (v + 0.044715 * v * v * v)).tanh())
-}
-
-#[inline(always)]
-pub(crate) fn gelu_f(v: f32) -> f32 {
-    0.5 * v * (1.0 + libm::erff(v * std::f32::consts::FRAC_1_SQRT_2))
 }
 
 /// `1 / (1 + e^-x)`.
@@ -80,13 +65,12 @@ pub fn tanh(x: &Tensor) -> Result<Tensor> {
             f: UnaryOp::Tanh
         }
     );
+    // `f32::tanh` on every path: the codec's soft clip is pinned to its bits.
     map(x, f32::tanh)
 }
 
-/// π as the reference writes it (3.14159265359), which rounds to the same f32 as `f32::consts::PI`.
-const REF_PI: f32 = std::f32::consts::PI;
-
-/// `sin(π·x)` with π written as the reference does (3.14159265359, rounded to f32).
+/// `sin(π·x)` with π written as the reference does (3.14159265359, which rounds to the same f32
+/// as `f32::consts::PI`); the product is rounded to f32 before the sine.
 pub fn sin_pi(x: &Tensor) -> Result<Tensor> {
     route!(
         "unary",
@@ -96,7 +80,7 @@ pub fn sin_pi(x: &Tensor) -> Result<Tensor> {
             f: UnaryOp::SinPi
         }
     );
-    map(x, |v| (REF_PI * v).sin())
+    map_rows(x, rows::sin_pi)
 }
 
 /// Exact GELU `x·Φ(x)` (erf form).
@@ -109,7 +93,7 @@ pub fn gelu(x: &Tensor) -> Result<Tensor> {
             f: UnaryOp::Gelu
         }
     );
-    map(x, gelu_f)
+    map_rows(x, rows::gelu)
 }
 
 /// GELU, tanh approximation (`gelu_pytorch_tanh`).
@@ -122,25 +106,26 @@ pub fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
             f: UnaryOp::GeluTanh
         }
     );
-    map(x, gelu_tanh_f)
+    map_rows(x, rows::gelu_tanh)
 }
 
 /// `x · s`.
 pub fn mul_scalar(x: &Tensor, s: f32) -> Result<Tensor> {
     route!("mul_scalar", [x], Op::MulScalar { x: x.clone(), s });
-    map(x, |v| v * s)
+    map_rows(x, |isa, c| rows::scale(isa, c, s))
 }
 
 /// `x + s`.
 pub fn add_scalar(x: &Tensor, s: f32) -> Result<Tensor> {
     route!("add_scalar", [x], Op::AddScalar { x: x.clone(), s });
-    map(x, |v| v + s)
+    // `v·1 + s` is `v + s` bit for bit.
+    map_rows(x, |isa, c| rows::affine(isa, c, 1.0, s))
 }
 
 /// `x · a + b`.
 pub fn affine(x: &Tensor, a: f32, b: f32) -> Result<Tensor> {
     route!("affine", [x], Op::Affine { x: x.clone(), a, b });
-    map(x, |v| v * a + b)
+    map_rows(x, |isa, c| rows::affine(isa, c, a, b))
 }
 
 /// The gate activation of a gated linear unit.
@@ -177,18 +162,11 @@ pub fn glu(x: &Tensor, act: GluAct) -> Result<Tensor> {
             out.par_chunks_mut(f).enumerate().for_each(|(r, o)| {
                 let xr = &xd[r * d2..(r + 1) * d2];
                 let (val, gate) = xr.split_at(f);
-                if act == GluAct::Silu {
-                    rows::swiglu(isa, o, val, gate);
-                    return;
-                }
-                for ((o, v), g) in o.iter_mut().zip(val).zip(gate) {
-                    let a = match act {
-                        GluAct::Silu => silu_f(*g),
-                        GluAct::Gelu => gelu_f(*g),
-                        GluAct::GeluTanh => gelu_tanh_f(*g),
-                        GluAct::SinPi => (REF_PI * *g).sin(),
-                    };
-                    *o = v * a;
+                match act {
+                    GluAct::Silu => rows::swiglu(isa, o, val, gate),
+                    GluAct::Gelu => rows::geglu(isa, o, val, gate),
+                    GluAct::GeluTanh => rows::geglu_tanh(isa, o, val, gate),
+                    GluAct::SinPi => rows::sin_pi_glu(isa, o, val, gate),
                 }
             })
         });
@@ -478,22 +456,16 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
         ));
     }
     let r = cs[1];
-    let half = r / 2;
     let c = f32_data(cos)?;
     let sn = f32_data(sin)?;
     let xc = x.contiguous()?;
     let mut v = f32_data(&xc)?.into_owned();
+    let isa = cpu::current();
     if d > 0 && n > 0 {
         threads::install(|| {
             v.par_chunks_mut(d).enumerate().for_each(|(row, e)| {
                 let p = row % n;
-                let cr = &c[p * r..(p + 1) * r];
-                let sr = &sn[p * r..(p + 1) * r];
-                for i in 0..half {
-                    let (a, b) = (e[i], e[i + half]);
-                    e[i] = a * cr[i] - b * sr[i];
-                    e[i + half] = b * cr[i + half] + a * sr[i + half];
-                }
+                rows::rope_half(isa, e, &c[p * r..(p + 1) * r], &sn[p * r..(p + 1) * r]);
             })
         });
     }

@@ -12,9 +12,12 @@
 //! - [`axpby`]: `a_i·x + b_i·y` with one pair of scalars per batch item (sampler updates);
 //! - [`apg_guidance`]: classifier-free guidance with the APG projection and the norm clamp.
 //!
-//! The reductions use the dispatched row kernels (`cpu::rows::sumsq`); the per-element work is
-//! plain arithmetic in a fixed order (Rust never contracts it into FMAs), so every ISA path gives
-//! the same bits for it.
+//! The reductions and the per-element work use the dispatched row kernels (`cpu::rows`:
+//! `sumsq`, `norm_gain`, `norm_gain_modulate`, `add_mul_to`, `rope_half`, `axpby`); the
+//! per-element kernels use separate multiplies and adds in the scalar formula's order (never an
+//! FMA), so every ISA path gives the same bits for them. Head split/merge are data movement
+//! (`copy_from_slice`); `apg_guidance` stays portable (its f64 reductions in element order
+//! define its bits).
 
 use rayon::prelude::*;
 
@@ -120,16 +123,9 @@ pub fn rms_norm_modulate(
                             let bi = row / n;
                             let sc = &sc[bi * e..(bi + 1) * e];
                             let sh = &sh[bi * e..(bi + 1) * e];
-                            for i in 0..e {
-                                let y = xr[i] * inv * g[i];
-                                o[i] = y * (1.0 + sc[i]) + sh[i];
-                            }
+                            rows::norm_gain_modulate(isa, o, xr, inv, &g, sc, sh);
                         }
-                        None => {
-                            for i in 0..e {
-                                o[i] = xr[i] * inv * g[i];
-                            }
-                        }
+                        None => rows::norm_gain(isa, o, xr, inv, &g),
                     }
                 })
         });
@@ -175,6 +171,7 @@ pub fn gated_residual_add(
     let ud = f32_data(u)?;
     if e > 0 && nu > 0 {
         let skip = n - nu;
+        let isa = cpu::current();
         threads::install(|| {
             out.par_chunks_mut(e).enumerate().for_each(|(row, hr)| {
                 let (bi, p) = (row / n, row % n);
@@ -183,17 +180,8 @@ pub fn gated_residual_add(
                 }
                 let ur = &ud[(bi * nu + p - skip) * e..][..e];
                 match &g {
-                    Some(g) => {
-                        let gr = &g[bi * e..(bi + 1) * e];
-                        for i in 0..e {
-                            hr[i] += ur[i] * gr[i];
-                        }
-                    }
-                    None => {
-                        for i in 0..e {
-                            hr[i] += ur[i];
-                        }
-                    }
+                    Some(g) => rows::add_mul_to(isa, hr, ur, &g[bi * e..(bi + 1) * e]),
+                    None => rows::add_to(isa, hr, ur),
                 }
             })
         });
@@ -278,21 +266,12 @@ pub fn split_heads(
                 match &gamma {
                     Some((g, eps)) => {
                         let inv = 1.0 / (rows::sumsq(isa, sh) / d as f32 + eps).sqrt();
-                        for i in 0..d {
-                            oh[i] = sh[i] * inv * g[i];
-                        }
+                        rows::norm_gain(isa, oh, sh, inv, g);
                     }
                     None => oh.copy_from_slice(sh),
                 }
                 if let Some((c, s, r)) = &tables {
-                    let half = r / 2;
-                    let cr = &c[p * r..(p + 1) * r];
-                    let sr = &s[p * r..(p + 1) * r];
-                    for i in 0..half {
-                        let (a, bb) = (oh[i], oh[i + half]);
-                        oh[i] = a * cr[i] - bb * sr[i];
-                        oh[i + half] = bb * cr[i + half] + a * sr[i + half];
-                    }
+                    rows::rope_half(isa, oh, &c[p * r..(p + 1) * r], &s[p * r..(p + 1) * r]);
                 }
             })
         });
@@ -367,13 +346,11 @@ pub fn axpby(a: &[f32], x: &Tensor, b: &[f32], y: &Tensor) -> Result<Tensor> {
     let per = x.elem_count() / items.max(1);
     let mut out = vec![0f32; x.elem_count()];
     if per > 0 {
+        let isa = cpu::current();
         threads::install(|| {
             out.par_chunks_mut(per).enumerate().for_each(|(i, o)| {
-                let (ai, bi) = (a[i], b[i]);
                 let (xr, yr) = (&xd[i * per..(i + 1) * per], &yd[i * per..(i + 1) * per]);
-                for ((o, x), y) in o.iter_mut().zip(xr).zip(yr) {
-                    *o = ai * x + bi * y;
-                }
+                rows::axpby(isa, o, a[i], xr, b[i], yr);
             })
         });
     }

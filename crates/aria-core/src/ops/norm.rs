@@ -44,28 +44,28 @@ pub fn rms_norm(x: &Tensor, w: Option<&Tensor>, eps: f32, style: RmsStyle) -> Re
         }
     );
     let d = rows("rms_norm", x, w)?;
-    let mut out = f32_data(x)?.into_owned();
+    let xd = f32_data(x)?;
+    let mut out = vec![0f32; xd.len()];
     let wd = w.map(f32_data).transpose()?;
     if d == 0 {
         return Tensor::from_vec(out, x.shape());
     }
     let isa = cpu::current();
     threads::install(|| {
-        out.par_chunks_mut(d).for_each(|r| {
-            let ms = rows::sumsq(isa, r) / d as f32;
-            let inv = 1.0 / (ms + eps).sqrt();
-            match (&wd, style) {
-                (Some(w), RmsStyle::Plain) => r
-                    .iter_mut()
-                    .zip(w.iter())
-                    .for_each(|(v, w)| *v = *v * inv * w),
-                (Some(w), RmsStyle::OnePlus) => r
-                    .iter_mut()
-                    .zip(w.iter())
-                    .for_each(|(v, w)| *v = *v * inv * (1.0 + w)),
-                (None, _) => r.iter_mut().for_each(|v| *v *= inv),
-            }
-        })
+        out.par_chunks_mut(d)
+            .zip(xd.par_chunks(d))
+            .for_each(|(o, r)| {
+                let ms = rows::sumsq(isa, r) / d as f32;
+                let inv = 1.0 / (ms + eps).sqrt();
+                match (&wd, style) {
+                    (Some(w), RmsStyle::Plain) => rows::norm_gain(isa, o, r, inv, w),
+                    (Some(w), RmsStyle::OnePlus) => rows::norm_gain1p(isa, o, r, inv, w),
+                    (None, _) => {
+                        o.copy_from_slice(r);
+                        rows::scale(isa, o, inv);
+                    }
+                }
+            })
     });
     Tensor::from_vec(out, x.shape())
 }
@@ -96,16 +96,7 @@ pub fn layer_norm(x: &Tensor, w: Option<&Tensor>, b: Option<&Tensor>, eps: f32) 
             let mean = rows::sum(isa, r) / d as f32;
             let var = rows::sumsq_dev(isa, r, mean) / d as f32;
             let inv = 1.0 / (var + eps).sqrt();
-            for (i, v) in r.iter_mut().enumerate() {
-                let mut y = (*v - mean) * inv;
-                if let Some(w) = &wd {
-                    y *= w[i];
-                }
-                if let Some(b) = &bd {
-                    y += b[i];
-                }
-                *v = y;
-            }
+            rows::layer_norm_row(isa, r, mean, inv, wd.as_deref(), bd.as_deref());
         })
     });
     Tensor::from_vec(out, x.shape())

@@ -152,13 +152,7 @@ pub fn qkv_heads(
                     None => dst.copy_from_slice(src),
                 }
                 if let Some((c, sn, r)) = &rd {
-                    let half = r / 2;
-                    let (c, sn) = (&c[t * r..(t + 1) * r], &sn[t * r..(t + 1) * r]);
-                    for i in 0..half {
-                        let (x1, x2) = (dst[i], dst[i + half]);
-                        dst[i] = x1 * c[i] - x2 * sn[i];
-                        dst[i + half] = x2 * c[i + half] + x1 * sn[i + half];
-                    }
+                    cpu::rows::rope_half(isa, dst, &c[t * r..(t + 1) * r], &sn[t * r..(t + 1) * r]);
                 }
             }
         })

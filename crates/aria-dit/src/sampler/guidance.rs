@@ -6,7 +6,7 @@ use aria_core::{ops, Tensor};
 use crate::{DitError, Result};
 
 /// Guidance settings (the reference's `cfg_scale`, `apg_scale`, `cfg_norm_threshold`,
-/// `cfg_interval`).
+/// `cfg_interval`, and `scale_phi`, the CFG rescale).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Guidance {
     /// CFG scale (1: off, single unbatched pass).
@@ -17,6 +17,10 @@ pub struct Guidance {
     pub cfg_norm_threshold: f32,
     /// Guidance applies when `lo ≤ σ ≤ hi` (σ of the first batch item).
     pub cfg_interval: (f32, f32),
+    /// CFG rescale `φ` (0: off): the guided velocity `v` becomes
+    /// `φ·v·(std_c(v_c)/std_c(v)) + (1 − φ)·v`, the standard deviations over channels (unbiased)
+    /// per item and position.
+    pub cfg_rescale: f32,
 }
 
 impl Default for Guidance {
@@ -26,6 +30,7 @@ impl Default for Guidance {
             apg_scale: 1.0,
             cfg_norm_threshold: 0.0,
             cfg_interval: (0.0, 1.0),
+            cfg_rescale: 0.0,
         }
     }
 }
@@ -69,7 +74,7 @@ pub fn guided_velocity(
             ),
         });
     }
-    Ok(ops::apg_guidance(
+    let v = ops::apg_guidance(
         x,
         v_c,
         v_u,
@@ -78,7 +83,36 @@ pub fn guided_velocity(
         g.cfg_scale,
         g.apg_scale,
         g.cfg_norm_threshold,
-    )?)
+    )?;
+    if g.cfg_rescale == 0.0 {
+        return Ok(v);
+    }
+    let out = rescale(&v.to_vec_f32()?, &v_c.to_vec_f32()?, s, g.cfg_rescale);
+    crate::dit::on_device(&Tensor::from_vec(out, s)?, &x.device())
+}
+
+/// Unbiased standard deviation over channels of `v [B, C, T]` at `(b, t)`, in f64.
+fn channel_std(v: &[f32], c: usize, t: usize, b: usize, p: usize) -> f64 {
+    let at = |k: usize| v[(b * c + k) * t + p] as f64;
+    let mean = (0..c).map(at).sum::<f64>() / c as f64;
+    let var = (0..c).map(|k| (at(k) - mean).powi(2)).sum::<f64>() / (c as f64 - 1.0);
+    var.sqrt()
+}
+
+/// CFG rescale of the guided velocity `v` toward the conditional one's channel spread.
+fn rescale(v: &[f32], v_c: &[f32], s: &[usize], phi: f32) -> Vec<f32> {
+    let (nb, c, t) = (s[0], s[1], s[2]);
+    let mut out = v.to_vec();
+    for b in 0..nb {
+        for p in 0..t {
+            let ratio = (channel_std(v_c, c, t, b, p) / channel_std(v, c, t, b, p)) as f32;
+            for k in 0..c {
+                let i = (b * c + k) * t + p;
+                out[i] = phi * (v[i] * ratio) + (1.0 - phi) * v[i];
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -111,6 +145,48 @@ mod tests {
         // v = v_u + cfg (v_c − v_u).
         assert!((v[0] - (0.1 + 3.0 * 0.4)).abs() < 1e-6);
         assert!((v[1] - (0.9 + 3.0 * -0.4)).abs() < 1e-6);
+    }
+
+    /// Rescale φ = 1 gives the guided velocity the conditional one's channel spread; φ = 0.5
+    /// is the midpoint.
+    #[test]
+    fn cfg_rescale_matches_the_channel_spread() {
+        let x = Tensor::from_slice(&[1.0f32, 2.0, -1.0, 0.5], &[1, 2, 2]).unwrap();
+        let vc = Tensor::from_slice(&[0.5f32, 0.1, -0.2, 0.3], &[1, 2, 2]).unwrap();
+        let vu = Tensor::from_slice(&[0.1f32, 0.2, 0.3, -0.4], &[1, 2, 2]).unwrap();
+        let base = Guidance {
+            cfg_scale: 3.0,
+            apg_scale: 0.0,
+            ..Default::default()
+        };
+        let plain = guided_velocity(&x, &vc, &vu, &[0.5], None, &base)
+            .unwrap()
+            .to_vec_f32()
+            .unwrap();
+        let full = Guidance {
+            cfg_rescale: 1.0,
+            ..base
+        };
+        let v = guided_velocity(&x, &vc, &vu, &[0.5], None, &full)
+            .unwrap()
+            .to_vec_f32()
+            .unwrap();
+        let c = vc.to_vec_f32().unwrap();
+        for p in 0..2 {
+            let sd = |w: &[f32]| ((w[p] - w[2 + p]).abs() / std::f32::consts::SQRT_2) as f64;
+            assert!((sd(&v) - sd(&c)).abs() < 1e-6, "{v:?}");
+        }
+        let half = Guidance {
+            cfg_rescale: 0.5,
+            ..base
+        };
+        let h = guided_velocity(&x, &vc, &vu, &[0.5], None, &half)
+            .unwrap()
+            .to_vec_f32()
+            .unwrap();
+        for i in 0..4 {
+            assert!((h[i] - 0.5 * (v[i] + plain[i])).abs() < 1e-6);
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Samplers over the DiT (spec §6): schedules ([`Schedule`], [`Shift`]), the ping-pong sampler
-//! (`rf_denoiser`, post-trained models) and Euler (`rectified_flow`, base models), CFG with an
+//! (`rf_denoiser`, post-trained models), Euler (`rectified_flow`, base models) and the other
+//! rectified-flow solvers of the reference, RK4 and DPM++ ([`solvers`]), CFG with an
 //! optional negative prompt and APG ([`GuidedDit`]), injectable noise ([`NoiseSource`]),
 //! starting from an intermediate step, a per-step callback with cancellation, and the
 //! length/padding-mask bookkeeping of `generate()` ([`LengthParams`]).
@@ -8,12 +9,15 @@
 //! ping-pong, i = start..S−1:  v = model(x, t_i);  x̂₀ = x − t_i·v;  ε ~ noise;
 //!                             x ← (1 − t_{i+1})·x̂₀ + t_{i+1}·ε      (ε drawn every step)
 //! euler:                      x ← x + (t_{i+1} − t_i)·v
+//! rk4:                        classic 4th-order Runge–Kutta, 4 model calls a step
+//! dpmpp:                      DPM-Solver++(2M) in the rectified-flow form
 //! ```
 
 mod guidance;
 mod lengths;
 mod noise;
 mod schedule;
+pub mod solvers;
 
 pub use guidance::{guided_velocity, Guidance};
 pub use lengths::{padding_mask_from_lengths, LengthParams};
@@ -35,11 +39,15 @@ pub enum SamplerKind {
     PingPong,
     /// Euler (default for `rectified_flow`).
     Euler,
+    /// Classic 4th-order Runge–Kutta (4 model evaluations per step).
+    Rk4,
+    /// DPM-Solver++ (2M) for rectified flow (1 model evaluation per step).
+    DpmPp,
 }
 
 impl SamplerKind {
     /// The names [`SamplerKind::parse`] accepts.
-    pub const ALLOWED: &'static [&'static str] = &["pingpong", "euler"];
+    pub const ALLOWED: &'static [&'static str] = &["pingpong", "euler", "rk4", "dpmpp"];
 
     /// The reference's default for a `diffusion_objective`.
     pub fn default_for(objective: Objective) -> Self {
@@ -49,11 +57,14 @@ impl SamplerKind {
         }
     }
 
-    /// The sampler named `name` (`pingpong`, `euler`); the error names the allowed values.
+    /// The sampler named `name` (`pingpong`, `euler`, `rk4`, `dpmpp`); the error names the
+    /// allowed values.
     pub fn parse(name: &str) -> Result<Self> {
         match name {
             "pingpong" => Ok(SamplerKind::PingPong),
             "euler" => Ok(SamplerKind::Euler),
+            "rk4" => Ok(SamplerKind::Rk4),
+            "dpmpp" => Ok(SamplerKind::DpmPp),
             other => Err(DitError::Input {
                 what: "sampler".into(),
                 reason: format!(
@@ -69,6 +80,17 @@ impl SamplerKind {
         match self {
             SamplerKind::PingPong => "pingpong",
             SamplerKind::Euler => "euler",
+            SamplerKind::Rk4 => "rk4",
+            SamplerKind::DpmPp => "dpmpp",
+        }
+    }
+
+    /// Model evaluations per step (4 for RK4, else 1).
+    pub fn evals_per_step(self) -> usize {
+        if self == SamplerKind::Rk4 {
+            4
+        } else {
+            1
         }
     }
 }
@@ -115,7 +137,9 @@ pub struct SampleOptions<'a> {
 }
 
 /// Run `kind` over `schedule` from `x` (initial noise, the init-audio mix, or the state at
-/// `opts.start_step`). Draws one noise tensor per ping-pong step from `noise`.
+/// `opts.start_step`). Draws one noise tensor per ping-pong step from `noise`; the other
+/// samplers draw nothing. RK4 calls the model four times per step (all with that step's
+/// index); DPM++ starts first-order at the first step it runs.
 ///
 /// The state stays a tensor on `x`'s device throughout (noise drawn on the host is copied
 /// there; draws already on that device are used as they are). Per step, bit for bit as the
@@ -152,6 +176,8 @@ pub fn sample(
         });
     }
     let mut x = x.contiguous()?;
+    // DPM++: the previous step's clean estimate and noise level.
+    let mut previous: Option<(Tensor, Vec<f32>)> = None;
     for i in start_step..steps {
         let t = schedule.at(i, b)?;
         let tn = schedule.at(i + 1, b)?;
@@ -187,6 +213,13 @@ pub fn sample(
             SamplerKind::Euler => {
                 let dt: Vec<f32> = tn.iter().zip(&t).map(|(a, b)| a - b).collect();
                 ops::axpby(&ones, &x, &dt, &v)?
+            }
+            SamplerKind::Rk4 => solvers::rk4_step(model, &x, &v, &t, &tn, i)?,
+            SamplerKind::DpmPp => {
+                let prev = previous.as_ref().map(|(d, tp)| (d, tp.as_slice()));
+                let next = solvers::dpmpp_step(&x, &denoised, &t, &tn, prev)?;
+                previous = Some((denoised, t.clone()));
+                next
             }
         };
         if hook.is_some() {

@@ -23,14 +23,16 @@ use aria_codec::{Autoencoder, AutoencoderConfig};
 use aria_core::{Tensor, WeightLoader};
 use aria_dit::conditioner::TextConditioner;
 use aria_dit::config::ModelConfig;
+pub use aria_dit::config::Objective;
 use aria_dit::dit::Dit;
 use aria_dit::lora::{LoraFile, LoraStack};
+pub use aria_dit::sampler::Shift;
 pub use aria_dit::t5gemma::Precision;
 
 pub use decode::{AudioChunk, AudioOutput, AudioSink};
 pub use request::{
-    BatchGenerated, Event, GenerateRequest, Generated, InitAudio, InitLatents, Inpaint, Timings,
-    WarmStart,
+    BatchGenerated, Event, GenerateRequest, Generated, InitAudio, InitLatents, Inpaint,
+    SamplingDefaults, Timings, WarmStart,
 };
 pub use run::{CancelToken, RunOptions};
 
@@ -125,6 +127,11 @@ pub struct LoadOptions {
     pub text_precision: Option<Precision>,
     /// Where the models run (see [`DeviceKind::check`]).
     pub device: DeviceKind,
+    /// Precision of the DiT's linear weights (`None`: as stored; a pre-quantized folder loads
+    /// at its own precision). Packed precisions need the `quant` feature; see [`crate::quant`].
+    pub precision: Option<crate::quant::WeightPrecision>,
+    /// Run the `q8_0` layers W8A8 (int8 activations; needs a packed precision).
+    pub w8a8: bool,
 }
 
 /// The LoRA adapters of a pipeline: the stack (files and strengths) and, when an adapter
@@ -146,6 +153,7 @@ pub struct Pipeline {
     ae: Autoencoder,
     chunked_decode: bool,
     loras: Loras,
+    quant: crate::quant::PackReport,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -183,7 +191,11 @@ impl Pipeline {
             ae_cfg.bottleneck.noise_regularize = n.bottleneck_noise_regularize;
         }
         let weights = WeightLoader::open_checkpoint(&files.weights)?;
-        let dit = Dit::load(&config.model.diffusion.config, &weights.pp("model.model"))?;
+        let (dit_vb, prequantized) =
+            crate::quant::dit_loader(&weights, &files.weights, opts.precision, opts.w8a8)?;
+        let mut dit = Dit::load(&config.model.diffusion.config, &dit_vb.pp("model.model"))?;
+        let quant =
+            crate::quant::prepare_dit(&mut dit, &weights, opts.precision, prequantized, opts.w8a8)?;
         let ae = Autoencoder::load(&ae_cfg, &weights)?;
         let mut text = TextConditioner::load(&config, &weights)?;
         if let Some(p) = opts.text_precision {
@@ -204,6 +216,7 @@ impl Pipeline {
             dit,
             ae,
             loras: Loras::default(),
+            quant,
         };
         for (path, strength) in &opts.loras {
             p.push_lora(path, *strength)?;
@@ -339,6 +352,12 @@ impl Pipeline {
         &self.config
     }
 
+    /// The official sampling preset of this model (by its diffusion objective): 50 Euler steps
+    /// with CFG 7 for the `-base` models, 8 ping-pong steps without guidance otherwise.
+    pub fn sampling_defaults(&self) -> SamplingDefaults {
+        SamplingDefaults::for_objective(self.config.model.diffusion.diffusion_objective)
+    }
+
     /// The text conditioner (tokenizer, T5Gemma encoder, duration embedder).
     pub fn text(&self) -> &TextConditioner {
         &self.text
@@ -347,6 +366,11 @@ impl Pipeline {
     /// The DiT.
     pub fn dit(&self) -> &Dit {
         &self.dit
+    }
+
+    /// What loading did to the DiT's linear weights (precision, kinds, bytes released).
+    pub fn quant_report(&self) -> &crate::quant::PackReport {
+        &self.quant
     }
 
     /// The autoencoder.

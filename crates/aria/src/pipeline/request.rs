@@ -5,7 +5,8 @@ use std::time::Duration;
 use aria_codec::audio::AudioClip;
 use aria_core::Tensor;
 use aria_dit::conditioner::Conditioning;
-use aria_dit::sampler::SamplerKind;
+use aria_dit::config::Objective;
+use aria_dit::sampler::{SamplerKind, Shift};
 
 use crate::plan::Lengths;
 
@@ -66,6 +67,15 @@ pub struct GenerateRequest {
     pub apg_scale: f32,
     /// Sampler (`None`: ping-pong for `rf_denoiser`, Euler for `rectified_flow`).
     pub sampler: Option<SamplerKind>,
+    /// Distribution shift of the schedule (`None`: the model's
+    /// `sampling_distribution_shift_options`; the reference's `dist_shift`).
+    pub shift: Option<Shift>,
+    /// Guidance runs only while `lo ≤ σ ≤ hi` (`(0, 1)`: always).
+    pub cfg_interval: (f32, f32),
+    /// CFG rescale `φ` (the reference's `scale_phi`; 0: off).
+    pub cfg_rescale: f32,
+    /// Clamp of the guidance difference's norm (0: off).
+    pub cfg_norm_threshold: f32,
     /// Headroom added to the duration when sizing the latent sequence (6 s).
     pub duration_padding_sec: f64,
     /// Audio-to-audio start.
@@ -82,8 +92,56 @@ pub struct GenerateRequest {
     pub conditioning: Option<(Conditioning, Option<Conditioning>)>,
 }
 
+/// The sampling settings the official tools preset for a model, by its objective: the
+/// post-trained (`rf_denoiser`) models 8 ping-pong steps without guidance, the `-base`
+/// (`rectified_flow`) models 50 Euler steps with CFG 7.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SamplingDefaults {
+    /// Sampler steps.
+    pub steps: usize,
+    /// Classifier-free guidance scale.
+    pub cfg_scale: f32,
+    /// Sampler.
+    pub sampler: SamplerKind,
+}
+
+impl SamplingDefaults {
+    /// The preset for a `diffusion_objective`.
+    pub fn for_objective(objective: Objective) -> SamplingDefaults {
+        match objective {
+            Objective::RfDenoiser => SamplingDefaults {
+                steps: 8,
+                cfg_scale: 1.0,
+                sampler: SamplerKind::PingPong,
+            },
+            Objective::RectifiedFlow => SamplingDefaults {
+                steps: 50,
+                cfg_scale: 7.0,
+                sampler: SamplerKind::Euler,
+            },
+        }
+    }
+}
+
 impl GenerateRequest {
-    /// A text-to-audio request with the reference defaults.
+    /// A request with the model's preset steps, guidance scale and sampler
+    /// ([`SamplingDefaults`]), otherwise as [`GenerateRequest::new`].
+    pub fn with_defaults(
+        prompt: impl Into<String>,
+        seconds: f64,
+        defaults: SamplingDefaults,
+    ) -> GenerateRequest {
+        GenerateRequest {
+            steps: defaults.steps,
+            cfg_scale: defaults.cfg_scale,
+            sampler: Some(defaults.sampler),
+            ..GenerateRequest::new(prompt, seconds)
+        }
+    }
+
+    /// A text-to-audio request with the reference `generate()` defaults (8 steps, no guidance,
+    /// the objective's sampler), whatever the model; see [`GenerateRequest::with_defaults`]
+    /// for the per-model presets.
     pub fn new(prompt: impl Into<String>, seconds: f64) -> GenerateRequest {
         GenerateRequest {
             prompt: prompt.into(),
@@ -93,6 +151,10 @@ impl GenerateRequest {
             cfg_scale: 1.0,
             apg_scale: 1.0,
             sampler: None,
+            shift: None,
+            cfg_interval: (0.0, 1.0),
+            cfg_rescale: 0.0,
+            cfg_norm_threshold: 0.0,
             duration_padding_sec: 6.0,
             init_audio: None,
             init_latents: None,

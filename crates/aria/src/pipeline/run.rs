@@ -122,6 +122,19 @@ impl Pipeline {
         if !req.cfg_scale.is_finite() || !req.apg_scale.is_finite() {
             return Err(Error::Input("cfg and apg scales must be finite".into()));
         }
+        let (lo, hi) = req.cfg_interval;
+        if !(lo.is_finite() && hi.is_finite() && lo <= hi) {
+            return Err(Error::Input(format!(
+                "cfg interval must be finite with lo <= hi, got ({lo}, {hi})"
+            )));
+        }
+        let threshold_ok = req.cfg_norm_threshold.is_finite() && req.cfg_norm_threshold >= 0.0;
+        if !req.cfg_rescale.is_finite() || !threshold_ok {
+            return Err(Error::Input(format!(
+                "cfg rescale must be finite and the cfg norm threshold >= 0, got {} and {}",
+                req.cfg_rescale, req.cfg_norm_threshold
+            )));
+        }
         let starts = usize::from(req.init_audio.is_some())
             + usize::from(req.init_latents.is_some())
             + usize::from(req.warm_start.is_some());
@@ -192,8 +205,14 @@ impl Pipeline {
             if r.cfg_scale != first.cfg_scale || r.apg_scale != first.apg_scale {
                 return Err(differs("the guidance scales"));
             }
-            if r.sampler != first.sampler {
-                return Err(differs("the sampler"));
+            if r.sampler != first.sampler || r.shift != first.shift {
+                return Err(differs("the sampler or schedule shift"));
+            }
+            if r.cfg_interval != first.cfg_interval
+                || r.cfg_rescale != first.cfg_rescale
+                || r.cfg_norm_threshold != first.cfg_norm_threshold
+            {
+                return Err(differs("the guidance options"));
             }
             if r.duration_padding_sec != first.duration_padding_sec {
                 return Err(differs("the duration padding"));
@@ -451,7 +470,9 @@ impl Pipeline {
             Some(k) => k,
             None => SamplerKind::default_for(self.config.model.diffusion.diffusion_objective),
         };
-        let shift = self.config.model.diffusion.sampling_shift;
+        let shift = req
+            .shift
+            .unwrap_or(self.config.model.diffusion.sampling_shift);
         let eff: Vec<f32> = all_lengths
             .iter()
             .map(|l| l.effective.max(1) as f32)
@@ -504,7 +525,9 @@ impl Pipeline {
         let guidance = Guidance {
             cfg_scale: req.cfg_scale,
             apg_scale: req.apg_scale,
-            ..Guidance::default()
+            cfg_interval: req.cfg_interval,
+            cfg_rescale: req.cfg_rescale,
+            cfg_norm_threshold: req.cfg_norm_threshold,
         };
         let model = GuidedDit::new(
             &self.dit,

@@ -1,0 +1,439 @@
+//! [`Cache`]: the warm-start path end to end.
+//!
+//! For a request: embed the prompt → search the index for the top-K entries → score them and
+//! draw a reference ([`crate::select`]) → align it (stored latents, or audio stretched by the
+//! phase vocoder and encoded) → generate from the skip step (the generator noises `x̂₀` to the
+//! schedule's σ there) → record the reuse on the reference (importance += skipped steps ×
+//! duration, eq. 7) → admit the result as a new entry.
+//!
+//! ```no_run
+//! # fn f(g: &dyn aria_cache::Generator, e: std::sync::Arc<dyn aria_cache::Embedder>) -> aria_cache::Result<()> {
+//! use aria_cache::{store, Cache, CacheConfig, Request};
+//! let mut cache = Cache::open(store::open("/var/cache/aria")?, e, CacheConfig::default())?;
+//! let out = cache.generate(g, &Request::new("rain on a tin roof", 10.0, 8, 42))?;
+//! println!("hit: {}, steps run: {}", out.reference.is_some(), out.steps_run);
+//! # Ok(()) }
+//! ```
+//!
+//! Without an audio embedder the entry's vector is the embedding of the prompt that made (or
+//! describes) the clip; with one (CLAP), it is the embedding of the clip's audio.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::index::{ExactIndex, IvfIndex, IvfParams, VectorIndex};
+use crate::select::{self, Candidate, SelectorConfig, SplitMix64, NEGATIVE_PROMPT};
+use crate::store::{now_ms, Audio, Entry, NewEntry, Store, StoreStats, StoredLatents};
+use crate::warm::{self, Alignment, Generation, Generator, Request, SkipPolicy, WarmLatents};
+use crate::{CacheError, Embedder, Result};
+
+/// Which vector index the cache searches.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum IndexKind {
+    /// Exact inner-product search (the default; well under a millisecond at 10 000 entries).
+    #[default]
+    Exact,
+    /// IVF-flat, trained on the stored vectors when the cache opens.
+    Ivf(IvfParams),
+}
+
+/// How the cache behaves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CacheConfig {
+    /// The reference selector's parameters.
+    pub selector: SelectorConfig,
+    /// How many steps a hit skips.
+    pub skip: SkipPolicy,
+    /// Seed of the selector's draws.
+    pub seed: u64,
+    /// Whether results are added to the cache.
+    pub admit: bool,
+    /// Whether admitted entries keep their audio (needed to stretch them to other durations).
+    pub keep_audio: bool,
+    /// Whether admitted entries keep their latents (reused as they are for the same duration).
+    pub keep_latents: bool,
+    /// The vector index.
+    pub index: IndexKind,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            selector: SelectorConfig::default(),
+            skip: SkipPolicy::default(),
+            seed: 0,
+            admit: true,
+            keep_audio: true,
+            keep_latents: true,
+            index: IndexKind::Exact,
+        }
+    }
+}
+
+/// Time spent in each stage of the cache's own work (not the generation).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Overhead {
+    /// Prompt embedding.
+    pub embed: Duration,
+    /// Index search.
+    pub search: Duration,
+    /// Scoring and drawing.
+    pub select: Duration,
+    /// Loading the reference from the store.
+    pub fetch: Duration,
+    /// Phase vocoder.
+    pub vocoder: Duration,
+    /// Generator's encoder.
+    pub encode: Duration,
+    /// Writing the result.
+    pub admit: Duration,
+}
+
+impl Overhead {
+    /// Everything before the generation (embed + search + select + fetch + vocoder + encode).
+    pub fn before_generation(&self) -> Duration {
+        self.embed + self.search + self.select + self.fetch + self.vocoder + self.encode
+    }
+}
+
+/// What [`Cache::lookup`] found.
+#[derive(Debug, Clone)]
+pub struct Lookup {
+    /// The prompt's embedding.
+    pub query: Vec<f32>,
+    /// The selector's scores and choice (`None`: no admitted candidate, a cold generation).
+    pub selection: Option<select::Selection>,
+    /// The candidates scored (top-K of the index).
+    pub candidates: Vec<Candidate>,
+}
+
+/// The result of [`Cache::generate`].
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The generation.
+    pub generation: Generation,
+    /// The reference entry used, if any.
+    pub reference: Option<u64>,
+    /// How `x̂₀` was obtained.
+    pub alignment: Option<Alignment>,
+    /// The start step (0 for a cold generation).
+    pub start_step: usize,
+    /// σ of the schedule at the start step.
+    pub sigma: f32,
+    /// Sampler steps run.
+    pub steps_run: usize,
+    /// The id of the admitted result, if admitted.
+    pub admitted: Option<u64>,
+    /// The cache's own time.
+    pub overhead: Overhead,
+}
+
+/// A warm-start cache over a [`Store`], an [`Embedder`] and a vector index.
+pub struct Cache {
+    store: Box<dyn Store>,
+    embedder: Arc<dyn Embedder>,
+    index: Box<dyn VectorIndex>,
+    /// Vector of every indexed entry, for `s_neg`.
+    vectors: BTreeMap<u64, Vec<f32>>,
+    /// Durations of the indexed entries.
+    durations: BTreeMap<u64, f64>,
+    negative: Vec<f32>,
+    rng: SplitMix64,
+    cfg: CacheConfig,
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache")
+            .field("store", &self.store.location())
+            .field("embedder", &self.embedder.name())
+            .field("entries", &self.index.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn one(mut v: Vec<Vec<f32>>, what: &str) -> Result<Vec<f32>> {
+    v.pop().ok_or_else(|| CacheError::Model {
+        what: what.into(),
+        reason: "the embedder returned no vector".into(),
+    })
+}
+
+impl Cache {
+    /// Opens a cache: loads every stored vector of `embedder` into a fresh index.
+    pub fn open(
+        store: Box<dyn Store>,
+        embedder: Arc<dyn Embedder>,
+        cfg: CacheConfig,
+    ) -> Result<Cache> {
+        cfg.selector.validate()?;
+        let dim = embedder.dim();
+        let negative = one(embedder.embed_texts(&[NEGATIVE_PROMPT])?, embedder.name())?;
+        let rows = store.embeddings(embedder.name())?;
+        let durations = store
+            .list()?
+            .into_iter()
+            .map(|e| (e.id, e.data.seconds))
+            .collect();
+        let mut vectors = BTreeMap::new();
+        for (id, v) in rows {
+            crate::index::check_dim(&format!("stored embedding of entry {id}"), dim, v.len())?;
+            vectors.insert(id, v);
+        }
+        let index: Box<dyn VectorIndex> = match cfg.index {
+            IndexKind::Exact => {
+                let mut x = ExactIndex::new(dim);
+                for (id, v) in &vectors {
+                    x.add(*id, v)?;
+                }
+                Box::new(x)
+            }
+            IndexKind::Ivf(p) => {
+                let ids: Vec<u64> = vectors.keys().copied().collect();
+                let data: Vec<f32> = vectors.values().flatten().copied().collect();
+                Box::new(IvfIndex::build(dim, &ids, &data, p)?)
+            }
+        };
+        Ok(Cache {
+            rng: SplitMix64::new(cfg.seed),
+            store,
+            embedder,
+            index,
+            vectors,
+            durations,
+            negative,
+            cfg,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &CacheConfig {
+        &self.cfg
+    }
+
+    /// The store.
+    pub fn store(&self) -> &dyn Store {
+        self.store.as_ref()
+    }
+
+    /// The embedder.
+    pub fn embedder(&self) -> &dyn Embedder {
+        self.embedder.as_ref()
+    }
+
+    /// Entries in the index.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether the index is empty.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// The store's totals.
+    pub fn stats(&self) -> Result<StoreStats> {
+        self.store.stats()
+    }
+
+    /// The `k` nearest entries of a query vector, `(id, score)` best first.
+    pub fn search(&self, query: &[f32], k: usize) -> Result<Vec<(u64, f32)>> {
+        Ok(self
+            .index
+            .search(query, k)?
+            .into_iter()
+            .map(|h| (h.id, h.score))
+            .collect())
+    }
+
+    /// Embeds the prompt, retrieves the top-K and runs the selector, timing each part into
+    /// `o`.
+    pub fn lookup_timed(&mut self, req: &Request, o: &mut Overhead) -> Result<Lookup> {
+        let t0 = Instant::now();
+        let query = one(
+            self.embedder.embed_texts(&[req.prompt.as_str()])?,
+            self.embedder.name(),
+        )?;
+        o.embed = t0.elapsed();
+        let t0 = Instant::now();
+        let hits = self.index.search(&query, self.cfg.selector.top_k)?;
+        o.search = t0.elapsed();
+        let t0 = Instant::now();
+        let candidates: Vec<Candidate> = hits
+            .iter()
+            .filter_map(|h| {
+                let v = self.vectors.get(&h.id)?;
+                let s_neg = v.iter().zip(&self.negative).map(|(a, b)| a * b).sum();
+                Some(Candidate {
+                    id: h.id,
+                    s_pos: h.score,
+                    s_neg,
+                    duration: self.durations.get(&h.id).copied().unwrap_or(0.0),
+                })
+            })
+            .collect();
+        let selection =
+            select::select(&candidates, req.seconds, &self.cfg.selector, &mut self.rng)?;
+        o.select = t0.elapsed();
+        Ok(Lookup {
+            query,
+            selection,
+            candidates,
+        })
+    }
+
+    /// [`Self::lookup_timed`] without the timings.
+    pub fn lookup(&mut self, req: &Request) -> Result<Lookup> {
+        self.lookup_timed(req, &mut Overhead::default())
+    }
+
+    /// Serves `req`: lookup, warm start from the chosen reference (or cold), record the reuse
+    /// and admit the result.
+    pub fn generate(&mut self, g: &dyn Generator, req: &Request) -> Result<Outcome> {
+        let mut o = Overhead::default();
+        let look = self.lookup_timed(req, &mut o)?;
+        let sigmas = g.sigmas(req)?;
+        let mut start_step = 0;
+        let mut warm = None;
+        let mut alignment = None;
+        let mut reference = None;
+        if let Some(sel) = &look.selection {
+            let id = sel.chosen().candidate.id;
+            let t0 = Instant::now();
+            let entry = self.store.get(id)?;
+            o.fetch = t0.elapsed();
+            let s = self.cfg.skip.start_step(req.steps);
+            // Step 0 still runs the whole warm path (σ = 1: the reference does not enter).
+            if let Some(entry) = entry {
+                let (x, a, t) = warm::align(g, &entry, req)?;
+                o.vocoder = t.vocoder;
+                o.encode = t.encode;
+                warm = Some(WarmLatents {
+                    latents: x,
+                    start_step: s,
+                });
+                alignment = Some(a);
+                reference = Some(id);
+                start_step = s;
+            }
+        }
+        let generation = g.generate(req, warm.as_ref())?;
+        if let Some(id) = reference {
+            // Eq. 7: importance accumulates skipped steps × duration over the reuses.
+            self.store
+                .record_hit(id, start_step as f64 * req.seconds, now_ms())?;
+        }
+        let t0 = Instant::now();
+        let admitted = if self.cfg.admit {
+            Some(self.admit_generation(g, req, &generation, Some(look.query))?)
+        } else {
+            None
+        };
+        o.admit = t0.elapsed();
+        Ok(Outcome {
+            sigma: sigmas.get(start_step).copied().unwrap_or(1.0),
+            steps_run: req.steps - start_step,
+            generation,
+            reference,
+            alignment,
+            start_step,
+            admitted,
+            overhead: o,
+        })
+    }
+
+    /// Adds a finished generation of `req` (with the prompt's embedding when already computed).
+    pub fn admit_generation(
+        &mut self,
+        g: &dyn Generator,
+        req: &Request,
+        gen: &Generation,
+        query: Option<Vec<f32>>,
+    ) -> Result<u64> {
+        let latents = self.cfg.keep_latents.then(|| {
+            Ok::<_, CacheError>(StoredLatents {
+                generator: g.id(),
+                shape: gen.latents.shape().to_vec(),
+                data: gen.latents.to_vec_f32()?,
+            })
+        });
+        let latents = latents.transpose()?;
+        let e = NewEntry {
+            prompt: req.prompt.clone(),
+            negative_prompt: req.negative_prompt.clone(),
+            seconds: req.seconds,
+            audio: self.cfg.keep_audio.then(|| gen.audio.clone()),
+            latents,
+            steps: req.steps,
+            seed: Some(req.seed),
+            origin: "generated".into(),
+            ..Default::default()
+        };
+        self.admit(e, &gen.audio, query)
+    }
+
+    /// Adds audio described by `prompt` (e.g. an existing library of clips).
+    pub fn import(&mut self, prompt: &str, audio: Audio) -> Result<u64> {
+        let e = NewEntry {
+            prompt: prompt.into(),
+            seconds: audio.seconds(),
+            audio: Some(audio.clone()),
+            origin: "import".into(),
+            ..Default::default()
+        };
+        self.admit(e, &audio, None)
+    }
+
+    /// Embeds (audio side when the embedder has one, else the prompt), scores and stores `e`,
+    /// then indexes it.
+    fn admit(&mut self, mut e: NewEntry, audio: &Audio, query: Option<Vec<f32>>) -> Result<u64> {
+        let name = self.embedder.name().to_string();
+        // The audio side of the trait takes interleaved samples.
+        let (ch, n) = (audio.channels, audio.frames());
+        let interleaved: Vec<f32> = (0..n * ch)
+            .map(|k| audio.samples[(k % ch) * n + k / ch])
+            .collect();
+        let v = match self
+            .embedder
+            .embed_audio(&interleaved, ch, audio.sample_rate)?
+        {
+            Some(v) => v,
+            None => match query {
+                Some(q) => q,
+                None => one(self.embedder.embed_texts(&[e.prompt.as_str()])?, &name)?,
+            },
+        };
+        crate::index::check_dim("entry embedding", self.embedder.dim(), v.len())?;
+        let s_neg: f32 = v.iter().zip(&self.negative).map(|(a, b)| a * b).sum();
+        e.quality.insert(format!("s_neg:{name}"), s_neg);
+        e.embeddings.insert(name, v.clone());
+        let seconds = e.seconds;
+        let id = self.store.insert(&e)?;
+        self.index.add(id, &v)?;
+        self.vectors.insert(id, v);
+        self.durations.insert(id, seconds);
+        Ok(id)
+    }
+
+    /// Every entry without its payload.
+    pub fn list(&self) -> Result<Vec<Entry>> {
+        self.store.list()
+    }
+
+    /// Entry `id` with its payload.
+    pub fn get(&self, id: u64) -> Result<Option<Entry>> {
+        self.store.get(id)
+    }
+
+    /// Removes every entry.
+    pub fn clear(&mut self) -> Result<u64> {
+        let n = self.store.clear()?;
+        for id in self.vectors.keys() {
+            self.index.remove(*id);
+        }
+        self.vectors.clear();
+        self.durations.clear();
+        Ok(n)
+    }
+}

@@ -1,0 +1,589 @@
+//! The op set on the device: operand preparation, shape checks and the launches of each op.
+//! Shape errors are the CPU ops' ([`CoreError::Shape`] naming the op).
+
+mod layers;
+mod sampler;
+mod shapes;
+
+use aria_core::backend::Op;
+use aria_core::ops::{self as cpu, RmsStyle};
+use aria_core::{Backend, CoreError, DType, Result, Tensor};
+
+use crate::backend::{CudaBackend, KArg};
+use crate::launch;
+use crate::plan;
+use shapes::rope_width;
+pub use shapes::{attention_args, broadcast_shape, broadcast_strides};
+
+pub(crate) fn last_dim(op: &'static str, x: &Tensor) -> Result<usize> {
+    x.shape()
+        .last()
+        .copied()
+        .ok_or_else(|| CoreError::shape(op, "scalar input", &[x.shape()]))
+}
+
+pub(crate) fn dims3(op: &'static str, t: &Tensor) -> Result<[usize; 3]> {
+    match t.shape() {
+        &[a, b, c] => Ok([a, b, c]),
+        s => Err(CoreError::shape(op, "must be 3-D", &[s])),
+    }
+}
+
+pub(crate) fn expect(op: &'static str, what: &str, t: &Tensor, shape: &[usize]) -> Result<()> {
+    if t.shape() != shape {
+        return Err(CoreError::shape(
+            op,
+            format!("{what} must be {shape:?}"),
+            &[t.shape()],
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn count(op: &'static str, what: &str, t: &Tensor, n: usize) -> Result<()> {
+    if t.elem_count() != n {
+        return Err(CoreError::shape(
+            op,
+            format!("{what} must have {n} elements"),
+            &[t.shape()],
+        ));
+    }
+    Ok(())
+}
+
+/// Run one routed op.
+pub(crate) fn run(be: &CudaBackend, op: &Op) -> Result<Tensor> {
+    match op {
+        Op::Linear { x, w, b } => be.linear(x, w, b.as_ref()),
+        Op::Matmul { a, b } => be.matmul(a, b),
+        Op::Conv1d { x, w, b, padding } => be.conv1d(x, w, b.as_ref(), *padding),
+        Op::Attention {
+            q,
+            k,
+            v,
+            diff,
+            opts,
+        } => be.attention(
+            q,
+            k,
+            v,
+            diff.as_ref().map(|(a, b)| (a, b)),
+            opts.scale,
+            opts.softcap,
+            opts.key_mask.as_ref(),
+            opts.mask_mode,
+            opts.window,
+            0,
+        ),
+        Op::Unary { x, f } => {
+            let code = plan::unary_code(*f).ok_or_else(|| plan::unsupported(op))?;
+            be.map1(x, "unary_f32", &[KArg::I(code)])
+        }
+        Op::Affine { x, a, b } => be.map1(x, "affine_f32", &[KArg::F(*a), KArg::F(*b)]),
+        Op::MulScalar { x, s } => be.map1(x, "affine_f32", &[KArg::F(*s), KArg::F(0.0)]),
+        Op::AddScalar { x, s } => be.map1(x, "affine_f32", &[KArg::F(1.0), KArg::F(*s)]),
+        Op::Binary { a, b, f } => be.binary(a, b, *f),
+        Op::Glu { x, act } => be.glu(x, *act),
+        Op::Softmax { x } => be.row_op("softmax", x, "softmax_f32", &[], &[]),
+        Op::Rope { x, cos, sin } => be.rope(x, cos, sin),
+        Op::RmsNorm { x, w, eps, style } => {
+            let d = last_dim("rms_norm", x)?;
+            if let Some(w) = w {
+                count("rms_norm", "weight", w, d)?;
+            }
+            let (_w, pw) = be.opt(w.as_ref())?;
+            let style = i32::from(*style == RmsStyle::OnePlus);
+            be.row_op(
+                "rms_norm",
+                x,
+                "rms_norm_f32",
+                &[KArg::P(pw)],
+                &[KArg::F(*eps), KArg::I(style)],
+            )
+        }
+        Op::LayerNorm { x, w, b, eps } => {
+            let d = last_dim("layer_norm", x)?;
+            for t in [w, b].into_iter().flatten() {
+                count("layer_norm", "weight and bias", t, d)?;
+            }
+            let (_w, pw) = be.opt(w.as_ref())?;
+            let (_b, pb) = be.opt(b.as_ref())?;
+            be.row_op(
+                "layer_norm",
+                x,
+                "layer_norm_f32",
+                &[KArg::P(pw), KArg::P(pb)],
+                &[KArg::F(*eps)],
+            )
+        }
+        Op::Dyt {
+            x,
+            alpha,
+            gamma,
+            beta,
+        } => {
+            let d = last_dim("dyt", x)?;
+            count("dyt", "gamma", gamma, d)?;
+            count("dyt", "beta", beta, d)?;
+            let (_g, pg) = be.opt(Some(gamma))?;
+            let (_b, pb) = be.opt(Some(beta))?;
+            if d == 0 {
+                return be.alloc(x.shape(), DType::F32, true);
+            }
+            be.map1_rows(
+                x,
+                "dyt_f32",
+                &[KArg::P(pg), KArg::P(pb)],
+                d,
+                &[KArg::F(*alpha)],
+            )
+        }
+        Op::Unfold { x, k } => {
+            let s = x.shape();
+            if s.len() != 3 || k.is_multiple_of(2) {
+                return Err(CoreError::shape(
+                    "unfold",
+                    format!("need x [B, L, C] and an odd window (got {k})"),
+                    &[s],
+                ));
+            }
+            let (b, l, c) = (s[0], s[1], s[2]);
+            let xc = be.f32c(x)?;
+            let out = be.alloc(&[b, l, k * c], DType::F32, false)?;
+            let n = b * l * k * c;
+            if n > 0 {
+                be.launch(
+                    "unfold_f32",
+                    launch::elementwise(n),
+                    &[
+                        KArg::P(be.ptr(&xc)?),
+                        KArg::P(be.ptr(&out)?),
+                        KArg::U(b as u64),
+                        KArg::U(l as u64),
+                        KArg::U(c as u64),
+                        KArg::U(*k as u64),
+                    ],
+                )?;
+            }
+            Ok(out)
+        }
+        Op::Contiguous { x } => {
+            let xd = be.on_device(x)?;
+            if xd.is_contiguous() {
+                Ok(xd)
+            } else {
+                be.copy_contiguous(&xd)
+            }
+        }
+        Op::ToDtype { x, dtype } => {
+            let xd = be.on_device(x)?;
+            let xd = if xd.is_contiguous() {
+                xd
+            } else {
+                be.copy_contiguous(&xd)?
+            };
+            be.convert(&xd, *dtype)
+        }
+        Op::Cat { xs, dim } => be.cat(xs, *dim),
+        Op::Pad {
+            x,
+            dim,
+            before,
+            after,
+        } => be.pad(x, *dim, *before, *after),
+        Op::RmsNormModulate {
+            x,
+            gamma,
+            eps,
+            scale_shift,
+        } => {
+            let [b, n, e] = dims3("rms_norm_modulate", x)?;
+            count("rms_norm_modulate", "gamma", gamma, e)?;
+            if let Some((sc, sh)) = scale_shift {
+                expect("rms_norm_modulate", "scale", sc, &[b, e])?;
+                expect("rms_norm_modulate", "shift", sh, &[b, e])?;
+            }
+            let (_g, pg) = be.opt(Some(gamma))?;
+            let (_s, ps) = be.opt(scale_shift.as_ref().map(|s| &s.0))?;
+            let (_h, ph) = be.opt(scale_shift.as_ref().map(|s| &s.1))?;
+            let xc = be.f32c(x)?;
+            let out = be.alloc(x.shape(), DType::F32, false)?;
+            if b * n > 0 && e > 0 {
+                be.launch(
+                    "rms_norm_modulate_f32",
+                    launch::rows("rms_norm_modulate", b * n, e)?,
+                    &[
+                        KArg::P(be.ptr(&xc)?),
+                        KArg::P(pg),
+                        KArg::P(ps),
+                        KArg::P(ph),
+                        KArg::P(be.ptr(&out)?),
+                        KArg::U(n as u64),
+                        KArg::U(e as u64),
+                        KArg::F(*eps),
+                    ],
+                )?;
+            }
+            Ok(out)
+        }
+        Op::GatedResidualAdd {
+            h,
+            u,
+            gate,
+            row_mask,
+        } => {
+            const OP: &str = "gated_residual_add";
+            let [b, n, e] = dims3(OP, h)?;
+            let [ub, nu, ue] = dims3(OP, u)?;
+            if ub != b || ue != e || nu > n {
+                return Err(CoreError::shape(
+                    OP,
+                    "u must be [B, Nu <= N, E]",
+                    &[h.shape(), u.shape()],
+                ));
+            }
+            if let Some(g) = gate {
+                expect(OP, "gate", g, &[b, e])?;
+            }
+            if let Some(m) = row_mask {
+                expect(OP, "row mask", m, &[b, n])?;
+            }
+            let (hc, uc) = (be.f32c(h)?, be.f32c(u)?);
+            let (_g, pg) = be.opt(gate.as_ref())?;
+            let (_m, pm) = be.opt(row_mask.as_ref())?;
+            let out = be.alloc(h.shape(), DType::F32, false)?;
+            let total = b * n * e;
+            if total > 0 {
+                be.launch(
+                    "gated_residual_add_f32",
+                    launch::elementwise(total),
+                    &[
+                        KArg::P(be.ptr(&hc)?),
+                        KArg::P(be.ptr(&uc)?),
+                        KArg::P(pg),
+                        KArg::P(pm),
+                        KArg::P(be.ptr(&out)?),
+                        KArg::U(b as u64),
+                        KArg::U(n as u64),
+                        KArg::U(nu as u64),
+                        KArg::U(e as u64),
+                    ],
+                )?;
+            }
+            Ok(out)
+        }
+        Op::SplitHeads {
+            x,
+            col,
+            heads,
+            head_dim,
+            norm,
+            rope,
+        } => {
+            const OP: &str = "split_heads";
+            let [b, n, w] = dims3(OP, x)?;
+            let d = *head_dim;
+            if col + heads * d > w {
+                return Err(CoreError::shape(
+                    OP,
+                    format!(
+                        "columns {col}..{} of a width-{w} projection",
+                        col + heads * d
+                    ),
+                    &[x.shape()],
+                ));
+            }
+            if let Some((g, _)) = norm {
+                count(OP, "norm gain", g, d)?;
+            }
+            let r = match rope {
+                Some((c, s)) => rope_width(OP, n, d, c, s)?,
+                None => 0,
+            };
+            let xc = be.f32c(x)?;
+            let (_g, pg) = be.opt(norm.as_ref().map(|n| &n.0))?;
+            let (_c, pc) = be.opt(rope.as_ref().map(|r| &r.0))?;
+            let (_s, ps) = be.opt(rope.as_ref().map(|r| &r.1))?;
+            let out = be.alloc(&[b, *heads, n, d], DType::F32, false)?;
+            let vectors = b * heads * n;
+            if vectors > 0 && d > 0 {
+                be.launch(
+                    "split_heads_f32",
+                    launch::split_heads(vectors, d)?,
+                    &[
+                        KArg::P(be.ptr(&xc)?),
+                        KArg::P(pg),
+                        KArg::P(pc),
+                        KArg::P(ps),
+                        KArg::P(be.ptr(&out)?),
+                        KArg::U(n as u64),
+                        KArg::U(w as u64),
+                        KArg::U(*col as u64),
+                        KArg::U(*heads as u64),
+                        KArg::U(d as u64),
+                        KArg::F(norm.as_ref().map_or(0.0, |n| n.1)),
+                        KArg::U(r as u64),
+                    ],
+                )?;
+            }
+            Ok(out)
+        }
+        Op::MergeHeads { x, row_mask } => {
+            let &[b, h, n, d] = x.shape() else {
+                return Err(CoreError::shape(
+                    "merge_heads",
+                    "x must be [B, H, N, D]",
+                    &[x.shape()],
+                ));
+            };
+            if let Some(m) = row_mask {
+                expect("merge_heads", "row mask", m, &[b, n])?;
+            }
+            let xc = be.f32c(x)?;
+            let (_m, pm) = be.opt(row_mask.as_ref())?;
+            let out = be.alloc(&[b, n, h * d], DType::F32, false)?;
+            let total = b * h * n * d;
+            if total > 0 {
+                be.launch(
+                    "merge_heads_f32",
+                    launch::elementwise(total),
+                    &[
+                        KArg::P(be.ptr(&xc)?),
+                        KArg::P(pm),
+                        KArg::P(be.ptr(&out)?),
+                        KArg::U(b as u64),
+                        KArg::U(h as u64),
+                        KArg::U(n as u64),
+                        KArg::U(d as u64),
+                    ],
+                )?;
+            }
+            Ok(out)
+        }
+        Op::Axpby { a, x, b, y } => {
+            let items = x.shape().first().copied().unwrap_or(1);
+            if x.shape() != y.shape() || a.len() != items || b.len() != items {
+                return Err(CoreError::shape(
+                    "axpby",
+                    format!("x, y must match and a, b have {items} scalars"),
+                    &[x.shape(), y.shape()],
+                ));
+            }
+            let at = be.upload(&Tensor::from_vec(a.clone(), &[items])?)?;
+            let bt = be.upload(&Tensor::from_vec(b.clone(), &[items])?)?;
+            be.axpby_device(&at, x, &bt, y)
+        }
+        Op::StdLast { x } => {
+            let d = last_dim("std_last", x)?;
+            let xc = be.f32c(x)?;
+            let mut shape = x.shape().to_vec();
+            if let Some(l) = shape.last_mut() {
+                *l = 1;
+            }
+            let rows = x.elem_count().checked_div(d).unwrap_or(0);
+            let out = be.alloc(&shape, DType::F32, false)?;
+            if rows > 0 {
+                be.launch(
+                    "std_last_f32",
+                    launch::rows("std_last", rows, d)?,
+                    &[
+                        KArg::P(be.ptr(&xc)?),
+                        KArg::P(be.ptr(&out)?),
+                        KArg::U(d as u64),
+                    ],
+                )?;
+            }
+            Ok(out)
+        }
+        Op::FourierFeatures {
+            values,
+            freqs,
+            layout,
+        } => {
+            if values.rank() != 1 || freqs.rank() != 1 {
+                return Err(CoreError::shape(
+                    "fourier_features",
+                    "values and freqs must be [N] and [F]",
+                    &[values.shape(), freqs.shape()],
+                ));
+            }
+            let (n, f) = (values.elem_count(), freqs.elem_count());
+            let (dim, code) = match layout {
+                cpu::FourierLayout::CosSin => (2 * f, 0),
+                cpu::FourierLayout::ValueSinCos => (2 * f + 1, 1),
+            };
+            let (vc, fc) = (be.f32c(values)?, be.f32c(freqs)?);
+            let out = be.alloc(&[n, dim], DType::F32, false)?;
+            if n > 0 && f == 0 && code == 1 {
+                // Only the value column: a copy.
+                be.strided_copy(&vc, &[1], &out, 0, &[dim])?;
+            } else if n * f > 0 {
+                be.launch(
+                    "fourier_features_f32",
+                    launch::elementwise(n * f),
+                    &[
+                        KArg::P(be.ptr(&vc)?),
+                        KArg::P(be.ptr(&fc)?),
+                        KArg::P(be.ptr(&out)?),
+                        KArg::U(n as u64),
+                        KArg::U(f as u64),
+                        KArg::I(code),
+                    ],
+                )?;
+            }
+            Ok(out)
+        }
+        Op::FillMaskedRows { x, mask, fill } => {
+            let s = x.shape();
+            let d = s.last().copied().unwrap_or(0);
+            if s.is_empty()
+                || mask.shape() != &s[..s.len() - 1]
+                || fill.as_ref().is_some_and(|f| f.shape() != [d])
+            {
+                return Err(CoreError::shape(
+                    "fill_masked_rows",
+                    "need x [.., L, D], mask [.., L] and fill [D]",
+                    &[s, mask.shape()],
+                ));
+            }
+            let (xc, mc) = (be.f32c(x)?, be.f32c(mask)?);
+            let (_f, pf) = be.opt(fill.as_ref())?;
+            let out = be.alloc(s, DType::F32, false)?;
+            let rows = mask.elem_count();
+            if rows * d > 0 {
+                be.launch(
+                    "fill_masked_rows_f32",
+                    launch::elementwise(rows * d),
+                    &[
+                        KArg::P(be.ptr(&xc)?),
+                        KArg::P(be.ptr(&mc)?),
+                        KArg::P(pf),
+                        KArg::P(be.ptr(&out)?),
+                        KArg::U(rows as u64),
+                        KArg::U(d as u64),
+                    ],
+                )?;
+            }
+            Ok(out)
+        }
+        Op::ApgGuidance {
+            x,
+            v_cond,
+            v_uncond,
+            sigma,
+            mask,
+            cfg_scale,
+            apg_scale,
+            norm_threshold,
+        } => {
+            let items = x.shape().first().copied().unwrap_or(0);
+            let sig = be.upload(&Tensor::from_vec(sigma.clone(), &[sigma.len()])?)?;
+            if sigma.len() != items {
+                return Err(CoreError::shape(
+                    "apg_guidance",
+                    format!("{items} sigmas needed (got {})", sigma.len()),
+                    &[x.shape()],
+                ));
+            }
+            be.apg_guidance_device(
+                x,
+                v_cond,
+                v_uncond,
+                &sig,
+                mask.as_ref(),
+                [*cfg_scale, *apg_scale, *norm_threshold],
+            )
+        }
+        Op::QkvHeads {
+            x,
+            parts,
+            part,
+            heads,
+            alpha,
+            norm,
+            rope,
+        } => {
+            const OP: &str = "qkv_heads";
+            let s = x.shape();
+            let (parts, part, heads) = (*parts, *part, *heads);
+            if s.len() != 3
+                || parts == 0
+                || heads == 0
+                || part >= parts
+                || !s[2].is_multiple_of(parts * heads)
+            {
+                return Err(CoreError::shape(
+                    OP,
+                    "x must be [B, N, parts·H·Dh] with part < parts",
+                    &[s],
+                ));
+            }
+            let (b, n, dh) = (s[0], s[1], s[2] / (parts * heads));
+            if let Some((g, bt)) = norm {
+                count(OP, "norm gamma", g, dh)?;
+                count(OP, "norm beta", bt, dh)?;
+            }
+            let r = match rope {
+                Some((c, sn)) => rope_width(OP, n, dh, c, sn)?,
+                None => 0,
+            };
+            let xc = be.f32c(x)?;
+            let (_g, pg) = be.opt(norm.as_ref().map(|n| &n.0))?;
+            let (_b, pb) = be.opt(norm.as_ref().map(|n| &n.1))?;
+            let (_c, pc) = be.opt(rope.as_ref().map(|r| &r.0))?;
+            let (_s, ps) = be.opt(rope.as_ref().map(|r| &r.1))?;
+            let out = be.alloc(&[b, heads, n, dh], DType::F32, false)?;
+            let total = out.elem_count();
+            if total > 0 {
+                be.launch(
+                    "qkv_heads_f32",
+                    launch::elementwise(total),
+                    &[
+                        KArg::P(be.ptr(&xc)?),
+                        KArg::P(pg),
+                        KArg::P(pb),
+                        KArg::P(pc),
+                        KArg::P(ps),
+                        KArg::P(be.ptr(&out)?),
+                        KArg::U(b as u64),
+                        KArg::U(n as u64),
+                        KArg::U(parts as u64),
+                        KArg::U(part as u64),
+                        KArg::U(heads as u64),
+                        KArg::U(dh as u64),
+                        KArg::F(*alpha),
+                        KArg::U(r as u64),
+                    ],
+                )?;
+            }
+            Ok(out)
+        }
+        Op::RopeTable { inv_freq, pos0, n } => {
+            if inv_freq.rank() != 1 {
+                return Err(CoreError::shape(
+                    "rope_table",
+                    "inv_freq must be [F]",
+                    &[inv_freq.shape()],
+                ));
+            }
+            let f = inv_freq.elem_count();
+            let fc = be.f32c(inv_freq)?;
+            let out = be.alloc(&[2, *n, 2 * f], DType::F32, false)?;
+            if n * f > 0 {
+                be.launch(
+                    "rope_table_f32",
+                    launch::elementwise(n * f),
+                    &[
+                        KArg::P(be.ptr(&fc)?),
+                        KArg::P(be.ptr(&out)?),
+                        KArg::U(f as u64),
+                        KArg::U(*pos0 as u64),
+                        KArg::U(*n as u64),
+                    ],
+                )?;
+            }
+            Ok(out)
+        }
+        _ => Err(plan::unsupported(op)),
+    }
+}

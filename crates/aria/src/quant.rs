@@ -1,0 +1,469 @@
+//! Weight precision of the DiT: packing at load, pre-quantized model folders, memory plans.
+//!
+//! * [`WeightPrecision`]: what [`LoadOptions::precision`](crate::LoadOptions::precision) asks
+//!   for. `f16`/`bf16` convert the DiT linears to 16-bit tensors; `q8`, `q4` and `q4-mixed`
+//!   pack them with the [`aria_quant::Policy`] of that name (cross-attention K/V stays in full
+//!   precision: it is computed once per generation). Either way, **the full-precision pages are
+//!   released** once the new form exists (`madvise(MADV_DONTNEED)` on the memory-mapped ranges,
+//!   [`aria_core::WeightLoader::release`]): lower precision replaces memory instead of adding
+//!   to it.
+//! * [`quantize_model`] writes a complete pre-quantized model folder (what `aria quantize`
+//!   does): a packed safetensors file (U8 blocks plus format version, policy and source
+//!   checksum in the metadata, see [`aria_quant::io`]), the same `model_config.json`, and the
+//!   text-encoder folder (hard links, or copies across file systems). Loading it reads no dense
+//!   weight it replaces; corrupt, truncated or mismatched packed files are refused with errors
+//!   that name the file and tensor.
+//! * W8A8 ([`LoadOptions::w8a8`](crate::LoadOptions::w8a8)): the `q8_0` layers quantize their
+//!   activations per token and run int8 × int8 dot products.
+//! * LoRA on a packed base runs as a run-time low-rank delta; the base is never re-quantized.
+//!
+//! Packing needs the `quant` cargo feature (on by default in the `aria` program).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use aria_core::WeightLoader;
+#[cfg(feature = "quant")]
+use aria_dit::dit::Dit;
+
+use crate::{Error, Result};
+
+/// The precision of the DiT's linear weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum WeightPrecision {
+    /// As stored (f32 in the released checkpoints).
+    #[default]
+    F32,
+    /// IEEE half precision tensors.
+    F16,
+    /// bfloat16 tensors.
+    Bf16,
+    /// `q8_0` blocks (8.5 bits per weight).
+    Q8,
+    /// `q4_k` blocks (4.5 bits per weight; `q8_0` where the width does not fit).
+    Q4,
+    /// `q4_k` FFN, `q6_k` FFN output, `q8_0` attention and the rest (see [`aria_quant::Policy`]).
+    Q4Mixed,
+}
+
+impl WeightPrecision {
+    /// Every precision.
+    pub const ALL: [WeightPrecision; 6] = [
+        WeightPrecision::F32,
+        WeightPrecision::F16,
+        WeightPrecision::Bf16,
+        WeightPrecision::Q8,
+        WeightPrecision::Q4,
+        WeightPrecision::Q4Mixed,
+    ];
+
+    /// The name used on the command line (`f32`, `f16`, `bf16`, `q8`, `q4`, `q4-mixed`).
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightPrecision::F32 => "f32",
+            WeightPrecision::F16 => "f16",
+            WeightPrecision::Bf16 => "bf16",
+            WeightPrecision::Q8 => "q8",
+            WeightPrecision::Q4 => "q4",
+            WeightPrecision::Q4Mixed => "q4-mixed",
+        }
+    }
+
+    /// Parse a name written by [`WeightPrecision::name`].
+    pub fn parse(name: &str) -> Result<WeightPrecision> {
+        WeightPrecision::ALL
+            .into_iter()
+            .find(|p| p.name() == name)
+            .ok_or_else(|| {
+                Error::Input(format!(
+                    "unknown precision `{name}` (f32, f16, bf16, q8, q4, q4-mixed)"
+                ))
+            })
+    }
+
+    /// Whether the precision packs weights into quantized blocks.
+    pub fn is_packed(self) -> bool {
+        matches!(
+            self,
+            WeightPrecision::Q8 | WeightPrecision::Q4 | WeightPrecision::Q4Mixed
+        )
+    }
+
+    /// The packing policy of a packed precision.
+    #[cfg(feature = "quant")]
+    pub fn policy(self) -> Option<aria_quant::Policy> {
+        match self {
+            WeightPrecision::Q8 => Some(aria_quant::Policy::Q8),
+            WeightPrecision::Q4 => Some(aria_quant::Policy::Q4),
+            WeightPrecision::Q4Mixed => Some(aria_quant::Policy::Q4Mixed),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for WeightPrecision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What loading did to the DiT's linear weights.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PackReport {
+    /// The precision the DiT runs at.
+    pub precision: WeightPrecision,
+    /// Whether the `q8_0` layers run W8A8.
+    pub w8a8: bool,
+    /// Whether the weights came packed from a pre-quantized folder.
+    pub prequantized: bool,
+    /// Linear layers per weight kind (`packed q8_0/v1`, `dense f32`, …).
+    pub kinds: BTreeMap<String, usize>,
+    /// Bytes of the DiT linear weights as stored in the checkpoint.
+    pub stored_bytes: usize,
+    /// Bytes of the DiT linear weights as the model now holds them.
+    pub held_bytes: usize,
+    /// Bytes of memory-mapped pages released after packing or converting.
+    pub released_bytes: usize,
+}
+
+impl PackReport {
+    /// One line: precision, kinds, bytes.
+    pub fn summary(&self) -> String {
+        let kinds: Vec<String> = self.kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        format!(
+            "DiT weights {}{}{}: {} ({:.3} GB stored, {:.3} GB held, {:.3} GB of pages released)",
+            self.precision,
+            if self.w8a8 { " + W8A8" } else { "" },
+            if self.prequantized {
+                " (pre-quantized)"
+            } else {
+                ""
+            },
+            kinds.join(", "),
+            self.stored_bytes as f64 / 1e9,
+            self.held_bytes as f64 / 1e9,
+            self.released_bytes as f64 / 1e9
+        )
+    }
+}
+
+#[cfg(feature = "quant")]
+fn qerr(e: aria_quant::QuantError) -> Error {
+    Error::Core(e.into())
+}
+
+/// The policy recorded in the checkpoint, if `weights` is a packed (pre-quantized) file.
+pub fn packed_policy(weights: &WeightLoader) -> Result<Option<String>> {
+    let names = weights.names();
+    let Some(first) = names.first() else {
+        return Ok(None);
+    };
+    let md = weights.file_metadata(first)?;
+    if !md.contains_key("aria.quant.version") {
+        return Ok(None);
+    }
+    Ok(Some(
+        md.get("aria.quant.policy").cloned().unwrap_or_default(),
+    ))
+}
+
+/// The loader the DiT is built from: `weights` itself, or, for a pre-quantized checkpoint, the
+/// same loader with the packed file attached as its packed source (so the DiT's layers take
+/// their packed weights without reading a dense one). Refuses a pre-quantized checkpoint
+/// asked to load at another precision.
+pub(crate) fn dit_loader(
+    weights: &WeightLoader,
+    path: &std::path::Path,
+    precision: Option<WeightPrecision>,
+    w8a8: bool,
+) -> Result<(WeightLoader, Option<WeightPrecision>)> {
+    let Some(policy) = packed_policy(weights)? else {
+        return Ok((weights.clone(), None));
+    };
+    let stored = WeightPrecision::parse(&policy).map_err(|_| {
+        Error::Config(format!(
+            "{}: packed with unknown policy `{policy}`",
+            path.display()
+        ))
+    })?;
+    if let Some(p) = precision.filter(|p| *p != stored) {
+        return Err(Error::Input(format!(
+            "{} is pre-quantized at {stored}; it cannot load at {p} (quantize the original \
+             checkpoint instead, or leave the precision unset)",
+            path.display()
+        )));
+    }
+    #[cfg(feature = "quant")]
+    {
+        use aria_quant::io::{PackedFile, PackedFileSource};
+        let file = PackedFile::open(path).map_err(qerr)?;
+        let compute = if w8a8 {
+            aria_quant::Compute::W8A8
+        } else {
+            aria_quant::Compute::WeightOnly
+        };
+        let src = PackedFileSource::new(file, compute);
+        Ok((weights.with_packed(std::sync::Arc::new(src)), Some(stored)))
+    }
+    #[cfg(not(feature = "quant"))]
+    {
+        let _ = w8a8;
+        Err(Error::Unavailable(format!(
+            "{} is pre-quantized ({stored}); this aria is built without the `quant` feature",
+            path.display()
+        )))
+    }
+}
+
+/// Bring the DiT's linear weights to `precision` (`None`: as stored), releasing the pages of
+/// every dense weight replaced. `weights` is the root loader the DiT was loaded from.
+#[cfg(feature = "quant")]
+pub(crate) fn prepare_dit(
+    dit: &mut Dit,
+    weights: &WeightLoader,
+    precision: Option<WeightPrecision>,
+    prequantized: Option<WeightPrecision>,
+    w8a8: bool,
+) -> Result<PackReport> {
+    use aria_core::nn::Weight;
+    use aria_quant::{Compute, Format, PackedMatrix};
+    use std::sync::Arc;
+
+    let precision = prequantized.or(precision).unwrap_or_default();
+    if w8a8 && !precision.is_packed() {
+        return Err(Error::Input(format!(
+            "W8A8 needs packed q8_0 weights (precision q8 or q4-mixed), not {precision}"
+        )));
+    }
+    let mut rep = PackReport {
+        precision,
+        w8a8,
+        prequantized: prequantized.is_some(),
+        ..Default::default()
+    };
+    for lin in dit.linears_mut() {
+        let key = format!("{}.weight", lin.name());
+        let shape = lin.weight().shape();
+        rep.stored_bytes += weights
+            .info(&key)
+            .map(|(_, i)| i.end - i.start)
+            .unwrap_or(0);
+        let dense = lin.weight().dense().cloned();
+        if let Some(w) = dense.filter(|_| prequantized.is_none()) {
+            let new = match precision {
+                WeightPrecision::F32 => None,
+                WeightPrecision::F16 | WeightPrecision::Bf16 => {
+                    let dt = if precision == WeightPrecision::F16 {
+                        aria_core::DType::F16
+                    } else {
+                        aria_core::DType::BF16
+                    };
+                    (w.dtype() != dt)
+                        .then(|| w.to_dtype(dt).map(Weight::Dense).map_err(Error::from))
+                }
+                _ => precision
+                    .policy()
+                    .and_then(|p| p.format_for(&key, shape))
+                    .map(|f| {
+                        let m = PackedMatrix::quantize(&key, &w, f).map_err(qerr)?;
+                        let m = if w8a8 && f == Format::Q8_0 {
+                            m.with_compute(Compute::W8A8).map_err(qerr)?
+                        } else {
+                            m
+                        };
+                        Ok(Weight::Packed(Arc::new(m)))
+                    }),
+            };
+            if let Some(new) = new {
+                drop(w);
+                lin.set_weight(new?)?;
+                if weights.contains(&key) {
+                    rep.released_bytes += weights.release(&key)?;
+                }
+            }
+        }
+        *rep.kinds.entry(lin.weight().kind()).or_default() += 1;
+        rep.held_bytes += lin.weight().nbytes();
+    }
+    dit.mark_weights_changed();
+    Ok(rep)
+}
+
+/// Pack the DiT linears for which `choose(key, [out, in])` names a format (the others stay as
+/// they are), releasing the pages of every dense weight replaced; `w8a8` runs the `q8_0` ones
+/// W8A8. For measurements of which layers matter (per-layer-group sensitivity); loading uses
+/// the policies of [`WeightPrecision`].
+#[cfg(feature = "quant")]
+pub fn pack_linears(
+    dit: &mut Dit,
+    weights: &WeightLoader,
+    choose: &dyn Fn(&str, [usize; 2]) -> Option<aria_quant::Format>,
+    w8a8: bool,
+) -> Result<PackReport> {
+    use aria_core::nn::Weight;
+    use aria_quant::{Compute, Format, PackedMatrix};
+    let mut rep = PackReport {
+        w8a8,
+        ..Default::default()
+    };
+    for lin in dit.linears_mut() {
+        let key = format!("{}.weight", lin.name());
+        let shape = lin.weight().shape();
+        rep.stored_bytes += lin.weight().nbytes();
+        if let (Some(w), Some(f)) = (lin.weight().dense().cloned(), choose(&key, shape)) {
+            let m = PackedMatrix::quantize(&key, &w, f).map_err(qerr)?;
+            let m = if w8a8 && f == Format::Q8_0 {
+                m.with_compute(Compute::W8A8).map_err(qerr)?
+            } else {
+                m
+            };
+            drop(w);
+            lin.set_weight(Weight::Packed(std::sync::Arc::new(m)))?;
+            if weights.contains(&key) {
+                rep.released_bytes += weights.release(&key)?;
+            }
+        }
+        *rep.kinds.entry(lin.weight().kind()).or_default() += 1;
+        rep.held_bytes += lin.weight().nbytes();
+    }
+    dit.mark_weights_changed();
+    Ok(rep)
+}
+
+/// Without the `quant` feature only stored weights load.
+#[cfg(not(feature = "quant"))]
+pub(crate) fn prepare_dit(
+    dit: &mut aria_dit::dit::Dit,
+    _weights: &WeightLoader,
+    precision: Option<WeightPrecision>,
+    _prequantized: Option<WeightPrecision>,
+    w8a8: bool,
+) -> Result<PackReport> {
+    let precision = precision.unwrap_or_default();
+    if precision != WeightPrecision::F32 || w8a8 {
+        return Err(Error::Unavailable(format!(
+            "precision {precision}{} needs the `quant` feature of the aria crate",
+            if w8a8 { " with W8A8" } else { "" }
+        )));
+    }
+    let mut rep = PackReport::default();
+    for lin in dit.linears() {
+        *rep.kinds.entry(lin.weight().kind()).or_default() += 1;
+        rep.held_bytes += lin.weight().nbytes();
+    }
+    rep.stored_bytes = rep.held_bytes;
+    Ok(rep)
+}
+
+#[cfg(feature = "quant")]
+mod write;
+#[cfg(feature = "quant")]
+pub use write::{quantize_model, QuantizeSummary};
+
+/// Bytes per weight of each precision for a linear `[out, in]` named `key` (the memory plan
+/// of [`crate::info`]): what the DiT linear weights would hold.
+pub fn planned_bytes(
+    precision: WeightPrecision,
+    key: &str,
+    shape: [usize; 2],
+    stored: usize,
+) -> usize {
+    let n = shape[0] * shape[1];
+    match precision {
+        WeightPrecision::F32 => stored,
+        WeightPrecision::F16 | WeightPrecision::Bf16 => n * 2,
+        #[cfg(feature = "quant")]
+        p => match p.policy().and_then(|pol| pol.format_for(key, shape)) {
+            Some(f) => shape[0] * f.row_bytes(shape[1]),
+            None => stored,
+        },
+        #[cfg(not(feature = "quant"))]
+        _ => {
+            let _ = key;
+            stored
+        }
+    }
+}
+
+/// The DiT linear weights of a checkpoint from its headers: `(key, [out, in], stored bytes)`
+/// (2-D `*.weight` tensors of the DiT and kernel-1 convolutions `[out, in, 1]`).
+fn dit_linear_headers(weights: &WeightLoader) -> Result<Vec<(String, [usize; 2], usize)>> {
+    let mut v = Vec::new();
+    for n in weights.names() {
+        if !n.starts_with("model.model.") || !n.ends_with(".weight") {
+            continue;
+        }
+        let (_, i) = weights.info(&n)?;
+        let shape = match i.shape.as_slice() {
+            [o, k] | [o, k, 1] => [*o, *k],
+            _ => continue,
+        };
+        v.push((n.clone(), shape, i.end - i.start));
+    }
+    Ok(v)
+}
+
+/// The memory plan per precision of a model folder, from its headers: the DiT linear weights
+/// each precision holds and the weights resident during a generation (the DiT, the text
+/// encoder's layers and the autoencoder's decoder; the token-embedding table and the
+/// autoencoder's encoder are only touched where used). A table, one line per precision.
+pub fn memory_plan(files: &crate::discover::ModelFiles) -> Result<String> {
+    use std::fmt::Write;
+    let weights = WeightLoader::open_checkpoint(&files.weights)?;
+    let mut s = String::new();
+    if let Some(p) = packed_policy(&weights)? {
+        let _ = writeln!(
+            s,
+            "memory plan: pre-quantized ({p}); the DiT loads packed from the file"
+        );
+        return Ok(s);
+    }
+    let linears = dit_linear_headers(&weights)?;
+    let stored: usize = linears.iter().map(|l| l.2).sum();
+    let mut rest = 0usize;
+    for n in weights.names() {
+        let (_, i) = weights.info(&n)?;
+        if n.starts_with("pretransform.model.encoder") {
+            continue;
+        }
+        rest += i.end - i.start;
+    }
+    rest -= stored.min(rest);
+    let t5 = WeightLoader::open(&[files.t5_dir.join("model.safetensors")])?;
+    for n in t5.names() {
+        if n.contains("decoder.") || n.ends_with("embed_tokens.weight") {
+            continue;
+        }
+        let (_, i) = t5.info(&n)?;
+        rest += i.end - i.start;
+    }
+    let _ = writeln!(
+        s,
+        "memory plan per --precision (DiT linears; resident weights incl. text-encoder layers \
+         and decoder, {:.3} GB besides the DiT linears):",
+        rest as f64 / 1e9
+    );
+    let _ = writeln!(
+        s,
+        "  {:<9} {:>12} {:>16}",
+        "precision", "DiT linears", "resident weights"
+    );
+    for p in WeightPrecision::ALL {
+        #[cfg(not(feature = "quant"))]
+        if p.is_packed() {
+            continue;
+        }
+        let dit: usize = linears
+            .iter()
+            .map(|(k, shape, b)| planned_bytes(p, k, *shape, *b))
+            .sum();
+        let _ = writeln!(
+            s,
+            "  {:<9} {:>9.3} GB {:>13.3} GB",
+            p.name(),
+            dit as f64 / 1e9,
+            (dit + rest) as f64 / 1e9
+        );
+    }
+    Ok(s)
+}

@@ -1,0 +1,227 @@
+//! Quantized DiT weights on the fixtures: packing at load releases the dense pages and keeps
+//! the final latents well under the f32 seed-to-seed spread; a pre-quantized folder loads the
+//! same packed bits without reading the dense weights it replaces; corrupt, truncated and
+//! mismatched packed files are refused; LoRA runs on a packed base as a run-time delta.
+#![cfg(feature = "quant")]
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+
+use aria::discover::{resolve_model, ModelFiles, SearchPaths};
+use aria::pipeline::{AudioOutput, RunOptions};
+use aria::quant::WeightPrecision;
+use aria::{GenerateRequest, LoadOptions, Pipeline, TorchNoise};
+use aria_core::nn::Weight;
+use aria_testing::fixtures::fixture;
+
+fn files() -> Option<ModelFiles> {
+    let dir = fixture("sa3-tiny-extra")?;
+    Some(resolve_model(&dir.display().to_string(), &SearchPaths::default()).unwrap())
+}
+
+fn load(files: &ModelFiles, precision: Option<WeightPrecision>, w8a8: bool) -> Pipeline {
+    let opts = LoadOptions {
+        precision,
+        w8a8,
+        ..Default::default()
+    };
+    Pipeline::load(files, &opts).unwrap()
+}
+
+/// Final latents of a short generation.
+fn latents(p: &Pipeline, seed: u64) -> Vec<f32> {
+    let mut r = GenerateRequest::new("warm ambient pad", 0.5);
+    r.steps = 4;
+    r.duration_padding_sec = 0.1;
+    let opts = RunOptions {
+        audio: AudioOutput::Skip,
+        ..Default::default()
+    };
+    let out = p.run(&r, &mut TorchNoise::new(seed), opts).unwrap();
+    out.latents.to_vec_f32().unwrap()
+}
+
+/// `‖a − b‖ / ‖b‖`.
+fn rel_rms(a: &[f32], b: &[f32]) -> f64 {
+    let (mut num, mut den) = (0f64, 0f64);
+    for (x, y) in a.iter().zip(b) {
+        num += f64::from(x - y).powi(2);
+        den += f64::from(*y).powi(2);
+    }
+    (num / den.max(1e-30)).sqrt()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("aria-quant-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn q8_packs_every_linear_but_cross_kv_and_stays_under_the_seed_floor() {
+    let Some(files) = files() else { return };
+    let f32p = load(&files, None, false);
+    let q8 = load(&files, Some(WeightPrecision::Q8), false);
+    for l in q8.dit().linears() {
+        let kv = l.name().contains("cross_attn.to_kv");
+        match l.weight() {
+            Weight::Packed(p) => {
+                assert!(!kv, "{} packed", l.name());
+                assert_eq!(p.format(), "q8_0/v1", "{}", l.name());
+            }
+            Weight::Dense(t) => assert!(kv && t.is_mapped(), "{} stays dense", l.name()),
+        }
+    }
+    let rep = q8.quant_report();
+    assert!(rep.held_bytes * 3 < rep.stored_bytes, "{}", rep.summary());
+    assert!(rep.released_bytes > 0, "{}", rep.summary());
+
+    let (a0, a1) = (latents(&f32p, 1), latents(&f32p, 2));
+    let (b0, b1) = (latents(&q8, 1), latents(&q8, 2));
+    let floor = rel_rms(&a1, &a0).min(rel_rms(&a0, &a1));
+    let err = rel_rms(&b0, &a0).max(rel_rms(&b1, &a1));
+    eprintln!(
+        "q8 final-latent rel-RMS {err:.2e}, f32 seed-to-seed {floor:.3}, ratio {:.2e}",
+        err / floor
+    );
+    assert!(err > 0.0, "q8 changed nothing");
+    assert!(err < 0.01 * floor, "q8 error {err} vs floor {floor}");
+
+    // W8A8 on the q8_0 layers: close to weight-only q8.
+    let w8 = load(&files, Some(WeightPrecision::Q8), true);
+    assert!(w8
+        .dit()
+        .linears()
+        .iter()
+        .any(|l| l.weight().kind().contains("+w8a8")));
+    let c0 = latents(&w8, 1);
+    assert!(rel_rms(&c0, &a0) < 0.1 * floor);
+
+    // 16-bit conversion also frees the mapped f32 pages.
+    let h = load(&files, Some(WeightPrecision::Bf16), false);
+    assert!(h.quant_report().released_bytes > 0);
+    assert!(rel_rms(&latents(&h, 1), &a0) < 0.05 * floor);
+
+    // W8A8 without packed weights is refused.
+    let opts = LoadOptions {
+        w8a8: true,
+        ..Default::default()
+    };
+    let e = Pipeline::load(&files, &opts).unwrap_err().to_string();
+    assert!(e.contains("W8A8"), "{e}");
+}
+
+fn packed_bits(p: &Pipeline) -> Vec<(String, String)> {
+    p.dit()
+        .linears()
+        .iter()
+        .map(|l| (l.name().to_string(), l.weight().kind()))
+        .collect()
+}
+
+#[test]
+fn quantized_folder_loads_packed_and_refuses_bad_files() {
+    let Some(files) = files() else { return };
+    let out = tmp("folder");
+    let s = aria::quant::quantize_model(&files, WeightPrecision::Q4Mixed, &out, &mut |_, _| {})
+        .unwrap();
+    assert!(!s.formats.is_empty());
+    assert!(aria::discover::missing_files(&out).is_empty());
+    // Writing again over it is refused.
+    assert!(
+        aria::quant::quantize_model(&files, WeightPrecision::Q8, &out, &mut |_, _| {}).is_err()
+    );
+
+    let qf = resolve_model(&out.display().to_string(), &SearchPaths::default()).unwrap();
+    let pre = load(&qf, None, false);
+    let at_load = load(&files, Some(WeightPrecision::Q4Mixed), false);
+    assert!(pre.quant_report().prequantized);
+    assert_eq!(pre.quant_report().precision, WeightPrecision::Q4Mixed);
+    assert_eq!(packed_bits(&pre), packed_bits(&at_load));
+    // The packed layers' bytes come from the packed file (U8 blocks), never from a dense one.
+    for l in pre.dit().linears() {
+        if let Weight::Packed(_) = l.weight() {
+            let (_, info) = aria_core::WeightLoader::open(&[&qf.weights])
+                .unwrap()
+                .info(&format!("{}.weight", l.name()))
+                .map(|(p, i)| (p.to_path_buf(), i.clone()))
+                .unwrap();
+            assert_eq!(info.dtype, aria_core::DType::U8, "{}", l.name());
+        }
+    }
+    assert_eq!(latents(&pre, 3), latents(&at_load, 3), "same packed bits");
+
+    // Another precision than the folder's is refused.
+    let opts = LoadOptions {
+        precision: Some(WeightPrecision::Q8),
+        ..Default::default()
+    };
+    let e = Pipeline::load(&qf, &opts).unwrap_err().to_string();
+    assert!(e.contains("pre-quantized at q4-mixed"), "{e}");
+
+    corrupt_and_truncate(&out, &qf);
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// A flipped byte inside a packed tensor fails its checksum; a truncated file fails to parse.
+fn corrupt_and_truncate(dir: &Path, qf: &ModelFiles) {
+    let weights = dir.join("model.safetensors");
+    let w = aria_core::WeightLoader::open(&[&weights]).unwrap();
+    let name = "model.model.transformer.layers.0.self_attn.to_qkv.weight";
+    let (_, info) = w.info(name).unwrap();
+    let at = info.start + (info.end - info.start) / 2;
+    drop(w);
+    let good = std::fs::read(&weights).unwrap();
+    let mut bad = good.clone();
+    bad[at] ^= 0x5a;
+    std::fs::remove_file(&weights).unwrap();
+    std::fs::write(&weights, &bad).unwrap();
+    let e = Pipeline::load(qf, &LoadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("corrupt") && e.contains(name), "{e}");
+
+    std::fs::remove_file(&weights).unwrap();
+    std::fs::write(&weights, &good[..good.len() - 1000]).unwrap();
+    let e = Pipeline::load(qf, &LoadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("model.safetensors"), "{e}");
+}
+
+#[test]
+fn lora_on_a_packed_base_is_a_run_time_delta() {
+    let Some(files) = files() else { return };
+    let lora = files.dir.join("lora_std.safetensors");
+    let with = |precision: Option<WeightPrecision>, s: f32| {
+        let opts = LoadOptions {
+            precision,
+            loras: vec![(lora.clone(), s)],
+            ..Default::default()
+        };
+        Pipeline::load(&files, &opts).unwrap()
+    };
+    let mut q = with(Some(WeightPrecision::Q8), 0.7);
+    let adapted: Vec<_> = q
+        .dit()
+        .linears()
+        .into_iter()
+        .filter(|l| l.is_adapted())
+        .collect();
+    assert!(!adapted.is_empty());
+    // The base stays packed (not re-quantized) under its adapters.
+    assert!(adapted
+        .iter()
+        .all(|l| matches!(l.weight(), Weight::Packed(_)) || l.name().contains("to_kv")));
+    let base_q8 = latents(&load(&files, Some(WeightPrecision::Q8), false), 5);
+    let f32_lora = latents(&with(None, 0.7), 5);
+    let f32_base = latents(&load(&files, None, false), 5);
+    let q8_lora = latents(&q, 5);
+    let effect = rel_rms(&f32_lora, &f32_base);
+    let err = rel_rms(&q8_lora, &f32_lora);
+    eprintln!("LoRA effect {effect:.3}, q8+LoRA vs f32+LoRA {err:.2e}");
+    assert!(effect > 0.0 && err < 0.1 * effect, "{err} vs {effect}");
+    // Strength 0: the packed base's output, bit for bit.
+    q.set_lora_strength(0, 0.0).unwrap();
+    assert_eq!(latents(&q, 5), base_q8);
+}

@@ -1,0 +1,123 @@
+//! `aria quantize` (a pre-quantized model folder), the `--precision`/`--w8a8` flags of
+//! `aria generate`, and the per-precision memory plan of `aria info`.
+
+use std::path::PathBuf;
+
+use aria::discover::{resolve_model, ModelFiles, SearchPaths};
+use aria::quant::WeightPrecision;
+use aria::Result;
+use clap::{Args, ValueEnum};
+use serde_json::json;
+
+use crate::Ctx;
+
+/// `--precision`.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PrecisionArg {
+    /// As stored (f32).
+    F32,
+    /// 16-bit IEEE half.
+    F16,
+    /// bfloat16.
+    Bf16,
+    /// 8-bit blocks (q8_0).
+    Q8,
+    /// 4-bit k-quant blocks (q4_k).
+    Q4,
+    /// q4_k FFN, q6_k FFN output, q8_0 attention and the rest.
+    #[value(name = "q4-mixed")]
+    Q4Mixed,
+}
+
+impl From<PrecisionArg> for WeightPrecision {
+    fn from(p: PrecisionArg) -> WeightPrecision {
+        match p {
+            PrecisionArg::F32 => WeightPrecision::F32,
+            PrecisionArg::F16 => WeightPrecision::F16,
+            PrecisionArg::Bf16 => WeightPrecision::Bf16,
+            PrecisionArg::Q8 => WeightPrecision::Q8,
+            PrecisionArg::Q4 => WeightPrecision::Q4,
+            PrecisionArg::Q4Mixed => WeightPrecision::Q4Mixed,
+        }
+    }
+}
+
+/// The weight-precision flags of `aria generate`.
+#[derive(Args, Clone)]
+pub struct PrecisionArgs {
+    /// Precision of the DiT weights; the full-precision pages are released once packed
+    /// (default: as stored; a pre-quantized folder loads at its own precision).
+    #[arg(long, value_enum)]
+    pub precision: Option<PrecisionArg>,
+    /// Run the 8-bit layers with int8 activations (W8A8; needs --precision q8 or q4-mixed).
+    #[arg(long)]
+    pub w8a8: bool,
+}
+
+impl PrecisionArgs {
+    /// The precision for `LoadOptions::precision`.
+    pub fn precision(&self) -> Option<WeightPrecision> {
+        self.precision.map(Into::into)
+    }
+}
+
+/// `aria quantize`.
+#[derive(Args)]
+pub struct QuantizeArgs {
+    /// The model folder (or name) to quantize.
+    #[arg(long, short)]
+    pub model: String,
+    /// The packed precision.
+    #[arg(long, value_enum)]
+    pub precision: PrecisionArg,
+    /// The new model folder.
+    #[arg(long, short)]
+    pub output: PathBuf,
+}
+
+/// Run `aria quantize`.
+pub fn run(a: &QuantizeArgs, cx: &Ctx) -> Result<()> {
+    let files = resolve_model(&a.model, &SearchPaths::from_env())?;
+    let precision: WeightPrecision = a.precision.into();
+    let mut last = 0usize;
+    let quiet = cx.ui.quiet || cx.json;
+    let summary = aria::quant::quantize_model(&files, precision, &a.output, &mut |done, total| {
+        if !quiet && (done == total || done >= last + total.div_ceil(10).max(1)) {
+            last = done;
+            eprintln!("  packing DiT linears: {done}/{total}");
+        }
+    })?;
+    let formats: Vec<String> = summary
+        .formats
+        .iter()
+        .map(|(f, n)| format!("{n} {f}"))
+        .collect();
+    if cx.json {
+        crate::print_json(&json!({
+            "command": "quantize",
+            "output": summary.dir.display().to_string(),
+            "precision": precision.name(),
+            "formats": summary.formats,
+            "dense_tensors": summary.dense_tensors,
+            "source_bytes": summary.source_bytes,
+            "packed_bytes": summary.packed_bytes,
+            "source": summary.source,
+        }));
+        return Ok(());
+    }
+    println!(
+        "wrote {} ({precision}): packed {} ({:.3} GB -> {:.3} GB), {} tensors as they were; source {}",
+        summary.dir.display(),
+        formats.join(", "),
+        summary.source_bytes as f64 / 1e9,
+        summary.packed_bytes as f64 / 1e9,
+        summary.dense_tensors,
+        summary.source
+    );
+    Ok(())
+}
+
+/// The per-precision memory plan `aria info` prints.
+pub fn memory_plan(files: &ModelFiles) -> Result<String> {
+    aria::quant::memory_plan(files)
+}
