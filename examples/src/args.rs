@@ -53,6 +53,8 @@ pub enum Cmd {
     Cache(crate::cache::CacheArgs),
     /// Open-ended generation chunk by chunk, to a WAV file or raw PCM on stdout.
     Stream(Box<crate::stream::StreamArgs>),
+    /// Serve the model over HTTP: a job queue, streamed audio, a web page.
+    Serve(Box<crate::serve::ServeArgs>),
 }
 
 /// `--device`.

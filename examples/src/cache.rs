@@ -36,15 +36,37 @@ pub struct CacheOpts {
     /// folder). A close cached clip starts the generation; the result is added.
     #[arg(long, value_name = "DIR|URL")]
     pub cache: Option<String>,
-    /// Fraction of the steps a cache hit skips.
-    #[arg(long, default_value_t = 0.5)]
-    pub cache_skip: f32,
+    /// Steps a cache hit skips: a fraction of the steps, or `gated` (the skip gater decides
+    /// per request, learns from each result and is saved with the cache).
+    #[arg(long, default_value = "0.5", value_parser = parse_skip)]
+    pub cache_skip: SkipArg,
     /// Prompt embedder of the cache.
     #[arg(long, value_enum, default_value_t = EmbedderKind::Auto)]
     pub cache_embedder: EmbedderKind,
     /// Do not add the result to the cache.
     #[arg(long)]
     pub cache_no_admit: bool,
+}
+
+/// `--cache-skip`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SkipArg {
+    /// A fixed fraction of the steps.
+    Fraction(f32),
+    /// The skip gater.
+    Gated,
+}
+
+fn parse_skip(s: &str) -> std::result::Result<SkipArg, String> {
+    if s.eq_ignore_ascii_case("gated") {
+        return Ok(SkipArg::Gated);
+    }
+    match s.parse::<f32>() {
+        Ok(f) if (0.0..=1.0).contains(&f) => Ok(SkipArg::Fraction(f)),
+        _ => Err(format!(
+            "expected a fraction of the steps in [0, 1] or `gated`, got `{s}`"
+        )),
+    }
 }
 
 /// `aria cache`.
@@ -152,6 +174,8 @@ pub fn generate(args: &GenerateArgs, opts: &CacheOpts, cx: &Ctx) -> Result<()> {
         device: cx.device,
         precision: args.quant.precision(),
         w8a8: args.quant.w8a8,
+        quantize_decoder: args.quant.quantize_decoder,
+        keep_resident: args.quant.keep_resident,
         ..Default::default()
     };
     // The store first: a bad --cache fails before the model loads.
@@ -164,7 +188,10 @@ pub fn generate(args: &GenerateArgs, opts: &CacheOpts, cx: &Ctx) -> Result<()> {
     let gen = CacheGenerator::with_template(&pipe, template, args.noise.rng);
     let emb = embedder(opts.cache_embedder, &mut || Ok(pipe.clone()))?;
     let cfg = CacheConfig {
-        skip: SkipPolicy::Fraction(opts.cache_skip),
+        skip: match opts.cache_skip {
+            SkipArg::Fraction(f) => SkipPolicy::Fraction(f),
+            SkipArg::Gated => SkipPolicy::Gated(Default::default()),
+        },
         admit: !opts.cache_no_admit,
         seed,
         ..Default::default()

@@ -5,6 +5,7 @@ mod args;
 mod cache;
 mod output;
 mod quantize;
+mod serve;
 mod steer;
 mod stream;
 mod ui;
@@ -205,6 +206,8 @@ fn generate(args: &GenerateArgs, cx: &Ctx) -> Result<()> {
         device: cx.device,
         precision: args.quant.precision(),
         w8a8: args.quant.w8a8,
+        quantize_decoder: args.quant.quantize_decoder,
+        keep_resident: args.quant.keep_resident,
         ..Default::default()
     };
     let specs = steer::parse_specs(&args.steer)?;
@@ -548,6 +551,7 @@ fn run(cli: &Cli, start: Instant) -> Result<()> {
         Cmd::Steer(a) => steer::run(a, &cx),
         Cmd::Cache(a) => cache::run(a, &cx),
         Cmd::Stream(a) => stream::run(a, &cx),
+        Cmd::Serve(a) => serve::run(a, &cx),
     }
 }
 

@@ -52,6 +52,13 @@ pub struct PrecisionArgs {
     /// Run the 8-bit layers with int8 activations (W8A8; needs --precision q8 or q4-mixed).
     #[arg(long)]
     pub w8a8: bool,
+    /// Pack the autoencoder decoder's matrices as q8_0 too (less memory while decoding).
+    #[arg(long)]
+    pub quantize_decoder: bool,
+    /// Keep every weight page resident between the stages of a run (by default the pages of
+    /// weights a stage no longer needs are released, lowering the peak memory).
+    #[arg(long)]
+    pub keep_resident: bool,
 }
 
 impl PrecisionArgs {

@@ -7,9 +7,10 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Instant;
 
-use aria::stream::Fade;
+use aria::stream::{ContextFrom, Fade};
 use aria::{
-    Error, GenerateRequest, LoadOptions, Result, SeedGenerator, StreamConfig, StreamGenerator,
+    Error, GenerateRequest, LoadOptions, Result, RunOptions, SeedGenerator, StreamConfig,
+    StreamGenerator,
 };
 use clap::{Args, ValueEnum};
 
@@ -17,6 +18,17 @@ use crate::args::ModelArg;
 use crate::Ctx;
 
 /// Sample format of `-o -`.
+/// `--fade`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FadeCurve {
+    /// Linear gains normalised for the measured correlation of the two sides (constant power).
+    Adaptive,
+    /// `cos`/`sin` gains (constant power for uncorrelated sides).
+    EqualPower,
+    /// Linear gains (constant amplitude for correlated sides).
+    Linear,
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum RawFormat {
     /// 32-bit float, little endian.
@@ -49,12 +61,19 @@ pub struct StreamArgs {
     /// Crossfade at each join, in milliseconds.
     #[arg(long, default_value_t = 50.0)]
     pub fade_ms: f64,
-    /// Linear crossfade instead of equal-power.
-    #[arg(long)]
-    pub linear_fade: bool,
+    /// Crossfade gains at the joins.
+    #[arg(long, value_enum, default_value_t = FadeCurve::Adaptive)]
+    pub fade: FadeCurve,
     /// Latent headroom of each window, in seconds.
     #[arg(long, default_value_t = 1.0)]
     pub padding: f64,
+    /// Continue each window from the previous one's audio, encoded again, instead of its
+    /// latents (slower; chunk and context need not be whole latent frames).
+    #[arg(long)]
+    pub audio_context: bool,
+    /// Largest phase-alignment shift at a join, in milliseconds (0: none).
+    #[arg(long, default_value_t = 5.0)]
+    pub align_ms: f64,
     /// Stop after this many seconds (rounded up to whole chunks; absent: endless).
     #[arg(long)]
     pub total: Option<f64>,
@@ -79,6 +98,25 @@ pub struct StreamArgs {
     /// 16-bit PCM WAV instead of 32-bit float.
     #[arg(long)]
     pub pcm16: bool,
+    /// Steer with a direction file, as for `aria generate --steer` (repeatable).
+    #[arg(long)]
+    pub steer: Vec<String>,
+    /// Ramp every steering strength linearly from 0 to its value over this many seconds of
+    /// the stream (per chunk, by the chunk's start); 0: full strength from the start.
+    #[arg(long, default_value_t = 0.0)]
+    pub steer_ramp: f64,
+    /// Use direction files made for another model (the widths must still match).
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// The ramp factor in [0, 1] of a steering at `t` seconds (`ramp` ≤ 0: always 1).
+fn ramp_factor(t: f64, ramp: f64) -> f32 {
+    if ramp > 0.0 {
+        (t / ramp).clamp(0.0, 1.0) as f32
+    } else {
+        1.0
+    }
 }
 
 /// Where the chunks go.
@@ -155,7 +193,15 @@ pub fn run(a: &StreamArgs, cx: &Ctx) -> Result<()> {
         device: cx.device,
         ..Default::default()
     };
+    if !(a.steer_ramp.is_finite() && a.steer_ramp >= 0.0) {
+        return Err(Error::Input(format!(
+            "--steer-ramp must be a non-negative number of seconds, got {}",
+            a.steer_ramp
+        )));
+    }
+    let specs = crate::steer::parse_specs(&a.steer)?;
     let pipe = crate::load(&a.model.model, &opts, &cx.ui)?;
+    let steering = crate::steer::generate_hook(&pipe, &specs, a.force, &cx.ui)?;
     let mut req = GenerateRequest::with_defaults(&a.prompt, 1.0, pipe.sampling_defaults());
     if let Some(s) = a.steps {
         req.steps = s;
@@ -167,12 +213,18 @@ pub fn run(a: &StreamArgs, cx: &Ctx) -> Result<()> {
         chunk_sec: a.chunk,
         context_sec: a.context,
         fade_sec: a.fade_ms / 1000.0,
-        fade: if a.linear_fade {
-            Fade::Linear
-        } else {
-            Fade::EqualPower
+        fade: match a.fade {
+            FadeCurve::Adaptive => Fade::Adaptive,
+            FadeCurve::EqualPower => Fade::EqualPower,
+            FadeCurve::Linear => Fade::Linear,
         },
         padding_sec: a.padding,
+        context_from: if a.audio_context {
+            ContextFrom::Audio
+        } else {
+            ContextFrom::Latents
+        },
+        align_sec: a.align_ms / 1000.0,
     };
     let mut gen = StreamGenerator::new(&pipe, req, cfg)?;
     let sr = pipe.sample_rate();
@@ -242,7 +294,20 @@ pub fn run(a: &StreamArgs, cx: &Ctx) -> Result<()> {
             }
         }
         let tc = Instant::now();
-        let chunk = gen.next_chunk(noise.as_mut())?;
+        let ramped = match &steering {
+            Some(h) => Some(
+                h.scaled(ramp_factor(start_sec, a.steer_ramp))
+                    .map_err(|e| Error::Input(e.to_string()))?,
+            ),
+            None => None,
+        };
+        let run = RunOptions {
+            hook: ramped
+                .as_ref()
+                .map(|h| h as &dyn aria_core::hooks::ActivationHook),
+            ..Default::default()
+        };
+        let chunk = gen.next_chunk_with(noise.as_mut(), run)?;
         let dt = tc.elapsed().as_secs_f64();
         gen_time += dt;
         let v = chunk.audio.to_vec_f32()?;
@@ -279,4 +344,17 @@ pub fn run(a: &StreamArgs, cx: &Ctx) -> Result<()> {
         gen_time / ((k * c) as f64 / f64::from(sr)).max(1e-9)
     ));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ramp_factor;
+
+    #[test]
+    fn steering_ramps_linearly_then_holds() {
+        assert_eq!(ramp_factor(0.0, 8.0), 0.0);
+        assert_eq!(ramp_factor(4.0, 8.0), 0.5);
+        assert_eq!(ramp_factor(20.0, 8.0), 1.0);
+        assert_eq!(ramp_factor(0.0, 0.0), 1.0);
+    }
 }

@@ -19,7 +19,15 @@
 //! `--zipf S` (1.1), `--seconds LO,HI` (2,8), `--cold-every K` (10), `--seed N` (0),
 //! `--embedder minilm|t5gemma` (default: MiniLM when `scripts/fetch-minilm.sh` has fetched it,
 //! else the model's own T5Gemma conditioning, mean-pooled), `--texts FILE`, `--cache DIR`
-//! (default: a fresh folder under the system temp dir, removed afterwards).
+//! (default: a fresh folder under the system temp dir, removed afterwards), `--skip gated` (the
+//! skip gater decides each hit's skip and learns from it; the mean steps skipped per hit and its
+//! time are reported), `--gater-only` (only the simulator table below, no model),
+//! `--eviction` (only the cache manager's replay at two capacities, no model; see
+//! [`eviction_report`]).
+//!
+//! Then the skip gater on its simulator (`aria_cache::gater::sim`): regret against the oracle
+//! at 100, 1000 and 5000 requests for UCB, ε-greedy, UCB with the online rank window, mixed
+//! 8/50-step schedules and greedy serving after offline training, and its time per request.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -47,6 +55,7 @@ struct Opts {
     seed: u64,
     embedder: Option<String>,
     cache: Option<PathBuf>,
+    gated: bool,
 }
 
 fn default_texts() -> PathBuf {
@@ -72,6 +81,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         seed: 0,
         embedder: None,
         cache: None,
+        gated: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -93,7 +103,10 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "--steps" => o.steps = num(val()?)? as usize,
             "--cold-every" => o.cold_every = (num(val()?)? as usize).max(1),
             "--seed" => o.seed = num(val()?)? as u64,
-            "--skip" => o.skip = num(val()?)? as f32,
+            "--skip" => match val()? {
+                v if v == "gated" => o.gated = true,
+                v => o.skip = num(v)? as f32,
+            },
             "--zipf" => o.zipf = num(val()?)?,
             "--seconds" => {
                 let v = val()?;
@@ -183,6 +196,12 @@ fn median(v: &[f64]) -> f64 {
 }
 
 pub fn run(args: &[String]) -> Result<(), String> {
+    if args.iter().any(|a| a == "--gater-only") {
+        return gater_report();
+    }
+    if args.iter().any(|a| a == "--eviction") {
+        return eviction_report(args);
+    }
     let o = parse(args)?;
     let caps = captions(&o.texts)?;
     if caps.is_empty() {
@@ -234,7 +253,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let template = GenerateRequest::new("", 1.0);
     let gen = CacheGenerator::with_template(&pipe, template, SeedGenerator::Aria);
     let cfg = CacheConfig {
-        skip: SkipPolicy::Fraction(o.skip),
+        skip: if o.gated {
+            SkipPolicy::Gated(aria_cache::gater::GaterConfig::default())
+        } else {
+            SkipPolicy::Fraction(o.skip)
+        },
         seed: o.seed,
         ..Default::default()
     };
@@ -260,6 +283,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let (mut cold_hit, mut warm_hit) = (vec![], vec![]);
     let (mut embed, mut search, mut select, mut voc, mut enc) =
         (vec![], vec![], vec![], vec![], vec![]);
+    let mut gate = vec![];
     let unique: HashSet<&str> = trace.iter().map(|(c, _)| c.as_str()).collect();
     for (t, (cap, secs)) in trace.iter().enumerate() {
         let req = Request::new(cap.clone(), *secs, o.steps, o.seed.wrapping_add(t as u64));
@@ -279,6 +303,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             hits += 1;
             over_hit.push(ms(ov.before_generation()));
             voc.push(ms(ov.vocoder));
+            gate.push(ms(ov.gate) * 1e3);
             enc.push(ms(ov.encode));
             if out.alignment == Some(aria_cache::warm::Alignment::StoredLatents) {
                 stored += 1;
@@ -344,8 +369,317 @@ pub fn run(args: &[String]) -> Result<(), String> {
         mean(&cold_hit),
         mean(&cold_hit) / mean(&warm_hit).max(1e-9)
     );
+    if o.gated {
+        println!(
+            "skip gater in the replay: {:.2} steps skipped per hit (mean of {} hits); its time \
+             per hit (decide + update + save in the store), median {:.0} µs",
+            skipped as f64 / hits.max(1) as f64,
+            hits,
+            median(&gate)
+        );
+    }
     drop(cache);
     if tmp {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    gater_report()
+}
+
+/// The skip gater on its simulator (`aria_cache::gater::sim`): mean regret against the oracle
+/// as requests accumulate, steps skipped, and the time of one decision + update (also alone:
+/// `cargo xtask bench cache --gater-only`).
+fn gater_report() -> Result<(), String> {
+    use aria_cache::gater::sim::{self, SimConfig, Simulator};
+    use aria_cache::gater::{Exploration, Gater, GaterConfig, SKIP_PERCENTS};
+    let err = |e: aria_cache::CacheError| e.to_string();
+    const N: usize = 5000;
+    let ucb = Exploration::Ucb { beta: 1.0 };
+    let mixed = SimConfig {
+        distilled_share: 0.5,
+        ..Default::default()
+    };
+    let variants: [(&str, GaterConfig, SimConfig, bool); 5] = [
+        (
+            "UCB β=1",
+            GaterConfig::default(),
+            SimConfig::default(),
+            false,
+        ),
+        (
+            "ε-greedy 0.1",
+            GaterConfig {
+                exploration: Exploration::EpsilonGreedy { epsilon: 0.1 },
+                ..Default::default()
+            },
+            SimConfig::default(),
+            false,
+        ),
+        (
+            "UCB, rank W=64",
+            GaterConfig {
+                exploration: ucb,
+                rank_window: 64,
+                ..Default::default()
+            },
+            SimConfig::default(),
+            false,
+        ),
+        ("UCB, 8+50 steps", GaterConfig::default(), mixed, false),
+        (
+            "offline+greedy",
+            GaterConfig {
+                exploration: Exploration::Greedy,
+                ..Default::default()
+            },
+            SimConfig::default(),
+            true,
+        ),
+    ];
+    println!(
+        "skip gater on the simulator ({} arms; regret = oracle's expected reward − chosen's):",
+        SKIP_PERCENTS.len()
+    );
+    println!(
+        "  {:<16} | regret over requests (N−100, N] at N = 100 / 1000 / 5000 | cumulative mean \
+         at 5000 | steps skipped (last 1000) vs oracle | fallbacks",
+        "gater"
+    );
+    let mut times = Vec::with_capacity(N);
+    for (name, cfg, sc, offline) in variants {
+        let mut s = Simulator::new(sc);
+        let mut g = Gater::new(cfg, sc.embed_dim).map_err(err)?;
+        if offline {
+            let mut logs_sim = Simulator::new(SimConfig { seed: 11, ..sc });
+            g.train_offline(&logs_sim.sweep(1000)).map_err(err)?;
+        }
+        let mut run = sim::SimRun::default();
+        let (mut chosen, mut oracle) = (0.0, 0.0);
+        for t in 0..N {
+            let req = s.next_request();
+            let t0 = std::time::Instant::now();
+            let d = g.decide(&req.context).map_err(err)?;
+            let q = s.quality(&req, d.level);
+            g.update(&d, q).map_err(err)?;
+            times.push(t0.elapsed().as_secs_f64() * 1e6);
+            run.regrets.push(s.regret(&req, d.level));
+            run.fallbacks += usize::from(d.fallback.is_some());
+            if t >= N - 1000 {
+                chosen += d.skip_steps as f64;
+                let o = s.oracle(&req);
+                oracle += aria_cache::gater::skip_steps(SKIP_PERCENTS[o], req.context.steps) as f64;
+            }
+        }
+        println!(
+            "  {:<16} | {:.4} / {:.4} / {:.4} | {:.4} | {:.2} vs {:.2} | {}",
+            name,
+            run.mean_regret(0..100),
+            run.mean_regret(900..1000),
+            run.mean_regret(N - 100..N),
+            run.mean_regret(0..N),
+            chosen / 1000.0,
+            oracle / 1000.0,
+            run.fallbacks
+        );
+    }
+    let g = Gater::new(GaterConfig::default(), 768).map_err(err)?;
+    println!(
+        "gater time per request (decide + update, 16-dim prompts): median {:.1} µs over {} \
+         requests; state size {} bytes untrained at 768 dims",
+        median(&times),
+        times.len(),
+        g.to_bytes().len()
+    );
+    Ok(())
+}
+
+/// `--eviction`: the cache manager under a replayed stream, without a model.
+///
+/// Request `t` asks for prompt `p<r>` where the rank `r` follows a Zipf law (`--zipf S`, 1.0)
+/// over `--prompts U` (50 000) distinct prompts; each prompt's vector is a seeded random unit
+/// vector (96 dimensions), so only repeats of a prompt retrieve each other. A stand-in
+/// generator makes tiny latents instantly (no audio kept), so the times are the cache's own:
+/// embedding, search, selection, fetch, recording the reuse, admission and eviction through
+/// the SQLite store. For each capacity of `--capacities A,B` (1000,10000) and `--requests N`
+/// (20 000): hit rate (all, and over the second half), evictions, entries at the end, and the
+/// per-request overhead: mean and p99 of the whole cache path, and of its admission + eviction
+/// part. The ideal hit rate (every repeat a hit, unbounded cache) is printed for reference.
+fn eviction_report(args: &[String]) -> Result<(), String> {
+    use aria_cache::manager::{Admission, Capacity, ManagerConfig};
+    use aria_cache::{Audio, Generation, WarmLatents};
+    use aria_core::Tensor;
+
+    const DIM: usize = 96;
+    struct Ids;
+    impl Embedder for Ids {
+        fn name(&self) -> &str {
+            "bench-ids-96"
+        }
+        fn dim(&self) -> usize {
+            DIM
+        }
+        fn embed_texts(&self, texts: &[&str]) -> aria_cache::Result<Vec<Vec<f32>>> {
+            Ok(texts
+                .iter()
+                .map(|t| {
+                    let h = t.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+                    });
+                    let mut r = SplitMix64::new(h);
+                    // Sum of uniforms: close enough to Gaussian for random directions.
+                    let mut v: Vec<f32> = (0..DIM)
+                        .map(|_| (0..4).map(|_| r.next_f64() as f32 - 0.5).sum())
+                        .collect();
+                    aria_cache::embed::normalize(&mut v);
+                    v
+                })
+                .collect())
+        }
+    }
+    struct Instant0;
+    impl Generator for Instant0 {
+        fn id(&self) -> String {
+            "bench-instant".into()
+        }
+        fn sample_rate(&self) -> u32 {
+            1000
+        }
+        fn latent_shape(&self, _r: &Request) -> aria_cache::Result<Vec<usize>> {
+            Ok(vec![1, 4, 16])
+        }
+        fn sigmas(&self, r: &Request) -> aria_cache::Result<Vec<f32>> {
+            Ok((0..=r.steps)
+                .map(|i| 1.0 - i as f32 / r.steps.max(1) as f32)
+                .collect())
+        }
+        fn encode(&self, _a: &Audio, _r: &Request) -> aria_cache::Result<Tensor> {
+            Ok(Tensor::from_vec(vec![0.0; 64], &[1, 4, 16])?)
+        }
+        fn generate(
+            &self,
+            r: &Request,
+            _w: Option<&WarmLatents>,
+        ) -> aria_cache::Result<Generation> {
+            let n = (r.seconds * 1000.0) as usize;
+            Ok(Generation {
+                audio: Audio::new(vec![0.1; n], 1, 1000)?,
+                latents: Tensor::from_vec(vec![r.seed as f32; 64], &[1, 4, 16])?,
+                step_times: Vec::new(),
+                total: Duration::ZERO,
+            })
+        }
+        fn decode(&self, _l: &Tensor, r: &Request) -> aria_cache::Result<Audio> {
+            Audio::new(vec![0.0; (r.seconds * 1000.0) as usize], 1, 1000)
+        }
+    }
+
+    let (mut requests, mut prompts, mut zipf, mut seed) = (20_000usize, 50_000usize, 1.0f64, 0u64);
+    let mut caps = vec![1000usize, 10_000];
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = || {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{a} needs a value"))
+        };
+        let num = |s: String| {
+            s.parse::<f64>()
+                .map_err(|_| format!("{a}: bad number `{s}`"))
+        };
+        match a.as_str() {
+            "--eviction" => {}
+            "--requests" => requests = num(val()?)? as usize,
+            "--prompts" => prompts = (num(val()?)? as usize).max(1),
+            "--zipf" => zipf = num(val()?)?,
+            "--seed" => seed = num(val()?)? as u64,
+            "--capacities" => {
+                caps = val()?
+                    .split(',')
+                    .map(|c| num(c.to_string()).map(|x| x as usize))
+                    .collect::<Result<_, _>>()?
+            }
+            other => return Err(format!("--eviction: unknown option `{other}`")),
+        }
+    }
+    // The stream: Zipf ranks over a seeded permutation of the prompts.
+    let mut rng = SplitMix64::new(seed ^ 0xE71C);
+    let w: Vec<f64> = (1..=prompts).map(|r| 1.0 / (r as f64).powf(zipf)).collect();
+    let z: f64 = w.iter().sum();
+    let mut acc = 0.0;
+    let cdf: Vec<f64> = w
+        .iter()
+        .map(|x| {
+            acc += x / z;
+            acc
+        })
+        .collect();
+    let stream: Vec<usize> = (0..requests)
+        .map(|_| {
+            let u = rng.next_f64();
+            cdf.partition_point(|&c| c < u).min(prompts - 1)
+        })
+        .collect();
+    let mut seen = HashSet::new();
+    let repeats = stream.iter().filter(|p| !seen.insert(**p)).count();
+    println!(
+        "eviction replay: {requests} requests over {prompts} prompts (zipf {zipf}), {} distinct; \
+         ideal hit rate (unbounded) {:.1} %",
+        seen.len(),
+        100.0 * repeats as f64 / requests.max(1) as f64
+    );
+    println!(
+        "  capacity | hit rate all / 2nd half | evictions | entries | cache path mean / p99 ms | \
+         admit+evict mean / p99 ms"
+    );
+    let p99 = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v.get(v.len() * 99 / 100).copied().unwrap_or(0.0)
+    };
+    for &cap in &caps {
+        let dir =
+            std::env::temp_dir().join(format!("aria-bench-evict-{}-{cap}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cfg = CacheConfig {
+            skip: SkipPolicy::Fraction(0.5),
+            seed,
+            keep_audio: false,
+            manager: Some(ManagerConfig {
+                capacity: Capacity::entries(cap),
+                admission: Admission::Always,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let st = store::open(&dir.display().to_string()).map_err(|e| e.to_string())?;
+        let mut cache = Cache::open(st, Arc::new(Ids), cfg).map_err(|e| e.to_string())?;
+        let (mut hits, mut hits2, mut admitted) = (0usize, 0usize, 0usize);
+        let (mut path, mut admit) = (Vec::with_capacity(requests), Vec::with_capacity(requests));
+        for (t, p) in stream.iter().enumerate() {
+            let req = Request::new(format!("p{p}"), 5.0, 8, t as u64);
+            let t0 = std::time::Instant::now();
+            let out = cache.generate(&Instant0, &req).map_err(|e| e.to_string())?;
+            path.push(ms(t0.elapsed()));
+            admit.push(ms(out.overhead.admit));
+            let hit = usize::from(out.reference.is_some());
+            hits += hit;
+            if t >= requests / 2 {
+                hits2 += hit;
+            }
+            admitted += usize::from(out.admitted.is_some());
+        }
+        let entries = cache.len();
+        println!(
+            "  {cap:>8} | {:>6.1} % / {:>6.1} %      | {:>9} | {:>7} | {:>8.3} / {:>6.3}       | \
+             {:>6.3} / {:>6.3}",
+            100.0 * hits as f64 / requests.max(1) as f64,
+            100.0 * hits2 as f64 / (requests - requests / 2).max(1) as f64,
+            admitted - entries,
+            entries,
+            mean(&path),
+            p99(&mut path),
+            mean(&admit),
+            p99(&mut admit)
+        );
+        drop(cache);
         let _ = std::fs::remove_dir_all(&dir);
     }
     Ok(())

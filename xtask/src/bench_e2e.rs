@@ -8,7 +8,8 @@
 //!
 //! Options: `--model DIR` (default: a random small-music checkpoint, f32, written once under
 //! `target/bench-models/`), `--seconds a,b` (default 10,30), `--reps N` (default 1),
-//! `--steps N` (default 8).
+//! `--steps N` (default 8). `ARIA_BENCH_DEVICE=wgpu` (xtask built with `--features wgpu`)
+//! runs the models on the wgpu backend.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -105,7 +106,17 @@ fn fma_peak_gflops() -> Option<f64> {
 fn child(model: &Path, seconds: f64, steps: usize) -> Result<(), String> {
     let files = resolve_model(&model.display().to_string(), &SearchPaths::default())
         .map_err(|e| e.to_string())?;
-    let pipe = Pipeline::load(&files, &LoadOptions::default()).map_err(|e| e.to_string())?;
+    // `ARIA_BENCH_DEVICE=wgpu` (with `--features wgpu`) runs the models on the wgpu backend.
+    let device = match std::env::var("ARIA_BENCH_DEVICE").as_deref() {
+        Ok("wgpu") => aria::pipeline::DeviceKind::Wgpu,
+        Ok("cpu") | Err(_) => aria::pipeline::DeviceKind::Cpu,
+        Ok(other) => return Err(format!("ARIA_BENCH_DEVICE `{other}`: expected cpu or wgpu")),
+    };
+    let opts = LoadOptions {
+        device,
+        ..Default::default()
+    };
+    let pipe = Pipeline::load(&files, &opts).map_err(|e| e.to_string())?;
     let ready = process_age().unwrap_or(0.0);
     let t0 = Instant::now();
     let mut req = GenerateRequest::new("warm ambient pad with soft rain", seconds);

@@ -12,6 +12,7 @@ mod bench_e2e;
 mod bench_index;
 mod bench_official;
 mod bench_quant;
+mod bench_serve;
 mod bench_steer;
 mod bench_text;
 mod cuda_check;
@@ -27,6 +28,7 @@ fn usage() -> &'static str {
      \x20 bench cache [--requests N] [options]      replay AudioCaps prompts through the warm-start cache\n\
      \x20 bench official [--ref-dir DIR] [options]  the official code and aria side by side\n\
      \x20 bench quant [--model DIR] [options]       quantized DiT: peak RSS, speed, quality\n\
+     \x20 bench serve [--jobs N] [options]          resident server against one CLI process per job\n\
      \x20 synth-model --preset small-music|small-sfx|medium --dtype f32|f16 --out DIR\n\
      \x20                                            write a random real-shape checkpoint\n\
      \x20 fidelity --model DIR --cases FILE          compare with official reference outputs\n\
@@ -48,6 +50,7 @@ fn main() -> ExitCode {
             Some("quant") => bench_quant::run(&rest(2)),
             Some("steer") => bench_steer::run(&rest(2)),
             Some("cache") => bench_cache::run(&rest(2)),
+            Some("serve") => bench_serve::run(&rest(2)),
             Some(other) => Err(format!("unknown benchmark `{other}`\n{}", usage())),
             None => Err(usage().to_string()),
         },

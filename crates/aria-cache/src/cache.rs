@@ -18,13 +18,14 @@
 //! Without an audio embedder the entry's vector is the embedding of the prompt that made (or
 //! describes) the clip; with one (CLAP), it is the embedding of the clip's audio.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::index::{ExactIndex, IvfIndex, IvfParams, VectorIndex};
+use crate::manager::{self, Manager, ManagerConfig};
 use crate::select::{self, Candidate, SelectorConfig, SplitMix64, NEGATIVE_PROMPT};
-use crate::store::{now_ms, Audio, Entry, NewEntry, Store, StoreStats, StoredLatents};
+use crate::store::{now_ms, Audio, Change, Entry, NewEntry, Store, StoreStats, StoredLatents};
 use crate::warm::{self, Alignment, Generation, Generator, Request, SkipPolicy, WarmLatents};
 use crate::{CacheError, Embedder, Result};
 
@@ -55,6 +56,9 @@ pub struct CacheConfig {
     pub keep_latents: bool,
     /// The vector index.
     pub index: IndexKind,
+    /// Importance, eviction and admission ([`crate::manager`]); `None`: every result is
+    /// admitted and nothing is evicted.
+    pub manager: Option<ManagerConfig>,
 }
 
 impl Default for CacheConfig {
@@ -67,6 +71,7 @@ impl Default for CacheConfig {
             keep_audio: true,
             keep_latents: true,
             index: IndexKind::Exact,
+            manager: None,
         }
     }
 }
@@ -88,6 +93,8 @@ pub struct Overhead {
     pub encode: Duration,
     /// Writing the result.
     pub admit: Duration,
+    /// The skip gater: its decision, and its update and save after the generation.
+    pub gate: Duration,
 }
 
 impl Overhead {
@@ -141,6 +148,14 @@ pub struct Cache {
     negative: Vec<f32>,
     rng: SplitMix64,
     cfg: CacheConfig,
+    manager: Option<Manager>,
+    /// The skip gater (`SkipPolicy::Gated`).
+    gater: Option<crate::gater::Serving>,
+    /// The store version the index reflects ([`Cache::sync`]).
+    synced: u64,
+    /// Entries this cache inserted and indexed since the last sync (their changes need no
+    /// reload).
+    own: BTreeSet<u64>,
 }
 
 impl std::fmt::Debug for Cache {
@@ -170,6 +185,8 @@ impl Cache {
         cfg.selector.validate()?;
         let dim = embedder.dim();
         let negative = one(embedder.embed_texts(&[NEGATIVE_PROMPT])?, embedder.name())?;
+        // Read before the vectors: a change committed in between is applied again by `sync`.
+        let synced = store.version()?;
         let rows = store.embeddings(embedder.name())?;
         let durations = store
             .list()?
@@ -195,7 +212,14 @@ impl Cache {
                 Box::new(IvfIndex::build(dim, &ids, &data, p)?)
             }
         };
+        let manager = match &cfg.manager {
+            Some(m) => Some(Manager::open(m.clone(), store.as_ref())?),
+            None => None,
+        };
+        let gater = crate::gater::Serving::open(&cfg.skip, store.as_ref(), embedder.as_ref())?;
         Ok(Cache {
+            manager,
+            gater,
             rng: SplitMix64::new(cfg.seed),
             store,
             embedder,
@@ -204,7 +228,81 @@ impl Cache {
             durations,
             negative,
             cfg,
+            synced,
+            own: BTreeSet::new(),
         })
+    }
+
+    /// Follows a store shared with other processes: applies the changes committed since the
+    /// last sync (or since opening) to the in-memory index — new and replaced entries are
+    /// (re)indexed from the store, removed ones dropped. Returns how many changes it read.
+    /// Cheap when nothing changed (one version query); a store no other process writes has
+    /// nothing to follow.
+    pub fn sync(&mut self) -> Result<usize> {
+        let (version, changes) = self.store.changes_since(self.synced)?;
+        let read = changes.len();
+        // The last change of each entry is what counts; a clear drops all before it.
+        let mut cleared = false;
+        // Per entry: whether it is present after the changes, and how many upserts it had.
+        let mut last: BTreeMap<u64, (bool, usize)> = BTreeMap::new();
+        for c in changes {
+            match c {
+                Change::Clear => {
+                    cleared = true;
+                    last.clear();
+                }
+                Change::Upsert(id) => {
+                    let e = last.entry(id).or_insert((true, 0));
+                    *e = (true, e.1 + 1);
+                }
+                Change::Remove(id) => {
+                    last.entry(id).or_insert((false, 0)).0 = false;
+                }
+            }
+        }
+        if cleared {
+            for id in self.vectors.keys() {
+                self.index.remove(*id);
+            }
+            self.vectors.clear();
+            self.durations.clear();
+        }
+        let name = self.embedder.name().to_string();
+        for (id, (present, upserts)) in last {
+            // Only this cache's own insert: already indexed as it is.
+            if present && upserts == 1 && !cleared && self.own.contains(&id) {
+                continue;
+            }
+            let found = if present {
+                self.store.get(id)?.and_then(|e| {
+                    let seconds = e.data.seconds;
+                    e.data.embeddings.get(&name).map(|v| (seconds, v.clone()))
+                })
+            } else {
+                None
+            };
+            self.index.remove(id);
+            self.vectors.remove(&id);
+            self.durations.remove(&id);
+            if let Some((seconds, v)) = found {
+                crate::index::check_dim(
+                    &format!("stored embedding of entry {id}"),
+                    self.embedder.dim(),
+                    v.len(),
+                )?;
+                self.index.add(id, &v)?;
+                self.vectors.insert(id, v);
+                self.durations.insert(id, seconds);
+            }
+        }
+        self.own.clear();
+        self.synced = version;
+        Ok(read)
+    }
+
+    /// The store version the index reflects (see [`Cache::sync`]).
+    pub fn synced_version(&self) -> u64 {
+        self.synced
     }
 
     /// The configuration.
@@ -298,12 +396,22 @@ impl Cache {
         let mut warm = None;
         let mut alignment = None;
         let mut reference = None;
+        let mut gated = None;
         if let Some(sel) = &look.selection {
             let id = sel.chosen().candidate.id;
             let t0 = Instant::now();
             let entry = self.store.get(id)?;
             o.fetch = t0.elapsed();
-            let s = self.cfg.skip.start_step(req.steps);
+            let s = match &mut self.gater {
+                Some(gt) => {
+                    let d = gt.decide(&look.query, sel, req)?;
+                    o.gate = gt.last_time();
+                    let s = d.skip_steps;
+                    gated = Some((d, sel.chosen().candidate.s_pos));
+                    s
+                }
+                None => self.cfg.skip.start_step(req.steps),
+            };
             // Step 0 still runs the whole warm path (σ = 1: the reference does not enter).
             if let Some(entry) = entry {
                 let (x, a, t) = warm::align(g, &entry, req)?;
@@ -319,14 +427,23 @@ impl Cache {
             }
         }
         let generation = g.generate(req, warm.as_ref())?;
+        if let (Some(gt), Some((d, s_pos)), Some(_)) = (&mut self.gater, &gated, reference) {
+            let sigma = sigmas.get(start_step).copied().unwrap_or(1.0);
+            let (store, emb) = (self.store.as_mut(), self.embedder.as_ref());
+            gt.learn(d, store, emb, &look.query, &generation.audio, *s_pos, sigma)?;
+            o.gate += gt.last_time();
+        }
         if let Some(id) = reference {
             // Eq. 7: importance accumulates skipped steps × duration over the reuses.
-            self.store
-                .record_hit(id, start_step as f64 * req.seconds, now_ms())?;
+            let (add, now) = (start_step as f64 * req.seconds, now_ms());
+            self.store.record_hit(id, add, now)?;
+            if let Some(m) = &mut self.manager {
+                m.on_hit(id, add, now);
+            }
         }
         let t0 = Instant::now();
         let admitted = if self.cfg.admit {
-            Some(self.admit_generation(g, req, &generation, Some(look.query))?)
+            self.admit_generation(g, req, &generation, Some(look.query))?
         } else {
             None
         };
@@ -343,14 +460,15 @@ impl Cache {
         })
     }
 
-    /// Adds a finished generation of `req` (with the prompt's embedding when already computed).
+    /// Adds a finished generation of `req` (with the prompt's embedding when already computed)
+    /// when the manager's admission policy takes it (`None` when not), then evicts to capacity.
     pub fn admit_generation(
         &mut self,
         g: &dyn Generator,
         req: &Request,
         gen: &Generation,
         query: Option<Vec<f32>>,
-    ) -> Result<u64> {
+    ) -> Result<Option<u64>> {
         let latents = self.cfg.keep_latents.then(|| {
             Ok::<_, CacheError>(StoredLatents {
                 generator: g.id(),
@@ -370,7 +488,7 @@ impl Cache {
             origin: "generated".into(),
             ..Default::default()
         };
-        self.admit(e, &gen.audio, query)
+        self.admit(e, &gen.audio, query, false)
     }
 
     /// Adds audio described by `prompt` (e.g. an existing library of clips).
@@ -382,38 +500,117 @@ impl Cache {
             origin: "import".into(),
             ..Default::default()
         };
-        self.admit(e, &audio, None)
+        self.admit(e, &audio, None, true)?
+            .ok_or_else(|| CacheError::Invalid {
+                name: format!("import of `{prompt}`"),
+                reason: "the clip does not fit the cache's capacity".into(),
+            })
     }
 
     /// Embeds (audio side when the embedder has one, else the prompt), scores and stores `e`,
-    /// then indexes it.
-    fn admit(&mut self, mut e: NewEntry, audio: &Audio, query: Option<Vec<f32>>) -> Result<u64> {
+    /// then indexes it; with a manager, only when admitted (always when `force`), evicting to
+    /// capacity after.
+    fn admit(
+        &mut self,
+        mut e: NewEntry,
+        audio: &Audio,
+        query: Option<Vec<f32>>,
+        force: bool,
+    ) -> Result<Option<u64>> {
         let name = self.embedder.name().to_string();
         // The audio side of the trait takes interleaved samples.
         let (ch, n) = (audio.channels, audio.frames());
         let interleaved: Vec<f32> = (0..n * ch)
             .map(|k| audio.samples[(k % ch) * n + k / ch])
             .collect();
-        let v = match self
+        let audio_v = self
             .embedder
-            .embed_audio(&interleaved, ch, audio.sample_rate)?
-        {
-            Some(v) => v,
-            None => match query {
-                Some(q) => q,
-                None => one(self.embedder.embed_texts(&[e.prompt.as_str()])?, &name)?,
-            },
+            .embed_audio(&interleaved, ch, audio.sample_rate)?;
+        let with_audio = audio_v.is_some();
+        let text = |q: Option<Vec<f32>>| match q {
+            Some(q) => Ok(q),
+            None => one(self.embedder.embed_texts(&[e.prompt.as_str()])?, &name),
+        };
+        let (v, query) = match audio_v {
+            Some(v) if self.manager.is_some() => (v, Some(text(query)?)),
+            Some(v) => (v, query),
+            None => (text(query)?, None),
         };
         crate::index::check_dim("entry embedding", self.embedder.dim(), v.len())?;
         let s_neg: f32 = v.iter().zip(&self.negative).map(|(a, b)| a * b).sum();
         e.quality.insert(format!("s_neg:{name}"), s_neg);
         e.embeddings.insert(name, v.clone());
+        let now = now_ms();
+        if let Some(m) = &self.manager {
+            let p = query.as_deref().unwrap_or(&v);
+            let q = manager::quality(p, with_audio.then_some(v.as_slice()), audio);
+            e.quality.insert(manager::QUALITY.into(), q);
+            if !m.should_admit(&mut e, now, force) {
+                return Ok(None);
+            }
+        }
         let seconds = e.seconds;
         let id = self.store.insert(&e)?;
+        self.own.insert(id);
         self.index.add(id, &v)?;
         self.vectors.insert(id, v);
         self.durations.insert(id, seconds);
-        Ok(id)
+        if let Some(m) = &mut self.manager {
+            m.on_insert(id, &e, now);
+            for gone in m.evict(self.store.as_mut(), Some(id))? {
+                self.unindex(gone);
+            }
+        }
+        Ok(Some(id))
+    }
+
+    fn unindex(&mut self, id: u64) {
+        self.index.remove(id);
+        self.vectors.remove(&id);
+        self.durations.remove(&id);
+    }
+
+    /// The skip gater, with `SkipPolicy::Gated`.
+    pub fn gater(&self) -> Option<&crate::gater::Serving> {
+        self.gater.as_ref()
+    }
+
+    /// The skip gater, mutably (offline training, another quality score).
+    pub fn gater_mut(&mut self) -> Option<&mut crate::gater::Serving> {
+        self.gater.as_mut()
+    }
+
+    /// The cache manager, when configured.
+    pub fn manager(&self) -> Option<&Manager> {
+        self.manager.as_ref()
+    }
+
+    /// Re-reads entry `id` from the store (e.g. after a [`manager::Refiner`] replaced its clip
+    /// through another connection): re-indexes its embedding, or drops it when gone. `false`
+    /// when it is gone.
+    pub fn reload(&mut self, id: u64) -> Result<bool> {
+        let name = self.embedder.name().to_string();
+        self.unindex(id);
+        let Some(e) = self.store.get(id)? else {
+            if let Some(m) = &mut self.manager {
+                m.forget(id);
+            }
+            return Ok(false);
+        };
+        if let Some(m) = &mut self.manager {
+            m.on_replace(id, &e.data);
+        }
+        if let Some(v) = e.data.embeddings.get(&name) {
+            crate::index::check_dim(
+                &format!("stored embedding of entry {id}"),
+                self.embedder.dim(),
+                v.len(),
+            )?;
+            self.index.add(id, v)?;
+            self.vectors.insert(id, v.clone());
+            self.durations.insert(id, e.data.seconds);
+        }
+        Ok(true)
     }
 
     /// Every entry without its payload.
@@ -434,6 +631,9 @@ impl Cache {
         }
         self.vectors.clear();
         self.durations.clear();
+        if let Some(m) = &mut self.manager {
+            m.forget_all();
+        }
         Ok(n)
     }
 }

@@ -12,7 +12,9 @@
 //!    `p ∝ exp(s_pos/τ)`;
 //! 3. [`warm::align`]: the entry's stored latents when its duration matches, else its audio
 //!    stretched by the phase [`vocoder`] and encoded by the [`Generator`];
-//! 4. the generator noises `x̂₀` to the schedule's σ at the skip step and runs the rest;
+//! 4. the generator noises `x̂₀` to the schedule's σ at the skip step (fixed, or chosen per
+//!    request by the [`gater`], a contextual bandit that learns from each result) and runs the
+//!    rest;
 //! 5. the reuse is recorded (importance) and the result admitted to the [`store`] (SQLite).
 //!
 //! Without CLAP weights the similarity of a cached clip to a prompt is that of the prompt that
@@ -38,7 +40,9 @@ mod error;
 
 pub mod cache;
 pub mod embed;
+pub mod gater;
 pub mod index;
+pub mod manager;
 pub mod select;
 pub mod store;
 pub mod tempo;

@@ -216,13 +216,16 @@ fn align_audio(
     Ok((x, Alignment::Stretched { rate }, t))
 }
 
-/// How many steps a warm start skips until the skip gater decides it per request.
+/// How many steps a warm start skips: a fixed share or step, or the skip gater's choice.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum SkipPolicy {
     /// Start at `round(fraction · steps)` (clamped to `0..=steps`).
     Fraction(f32),
     /// Start at this step (clamped to `0..=steps`).
     Steps(usize),
+    /// Asked per request of the skip gater ([`crate::gater`]), which learns from each result
+    /// and is saved in the store; [`Self::start_step`] gives its conservative level.
+    Gated(crate::gater::GaterConfig),
 }
 
 impl Default for SkipPolicy {
@@ -245,6 +248,7 @@ impl SkipPolicy {
                 ((f64::from(f) * steps as f64).round() as usize).min(steps)
             }
             SkipPolicy::Steps(s) => s.min(steps),
+            SkipPolicy::Gated(c) => c.conservative_steps(steps),
         }
     }
 }

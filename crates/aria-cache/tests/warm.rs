@@ -158,9 +158,11 @@ fn hits_reuse_latents_or_stretch_audio_and_book_importance() {
         .unwrap();
     assert!(f.reference.is_none());
 
-    // Importance: Σ skipped steps × duration over the reuses of each reference (eq. 7).
+    // Importance: Σ skipped steps × duration over the reuses of each reference (eq. 7),
+    // decayed by 0.9 per hour between the reuses (milliseconds here).
     let total: f64 = c.list().unwrap().iter().map(|e| e.data.importance).sum();
-    assert_eq!(total, 4.0 * 2.0 + 4.0 * 3.0);
+    let want = 4.0 * 2.0 + 4.0 * 3.0;
+    assert!(total <= want && want - total < 1e-3, "{total}");
     let hits: u64 = c.list().unwrap().iter().map(|e| e.hits).sum();
     assert_eq!(hits, 2);
     assert_eq!(c.len(), 5);

@@ -93,6 +93,26 @@ impl Block {
     }
 
     /// Move every weight and parameter to `device`.
+    /// The block's matrices (to pack them).
+    pub(crate) fn linears_mut(&mut self) -> [&mut Linear; 4] {
+        [
+            &mut self.to_qkv,
+            &mut self.to_out,
+            &mut self.ff_in,
+            &mut self.ff_out,
+        ]
+    }
+
+    /// Drop the resident pages of the memory-mapped matrices (see
+    /// [`aria_core::nn::Linear::release_pages`]).
+    pub(crate) fn release_pages(&self) -> Result<usize> {
+        let mut n = 0;
+        for l in [&self.to_qkv, &self.to_out, &self.ff_in, &self.ff_out] {
+            n += l.release_pages()?;
+        }
+        Ok(n)
+    }
+
     pub(crate) fn move_to(&mut self, device: &Device) -> Result<()> {
         for n in [
             &mut self.pre_norm,

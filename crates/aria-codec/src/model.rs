@@ -109,6 +109,25 @@ impl Autoencoder {
         })
     }
 
+    /// Every matrix of the decoder (the latent projection, the stage's mapping and blocks),
+    /// e.g. to pack them ([`Linear::set_weight`]); decoding runs on whatever weight kind they
+    /// hold.
+    pub fn decoder_linears_mut(&mut self) -> Vec<&mut Linear> {
+        let mut v = vec![&mut self.dec_in];
+        v.extend(self.dec.linears_mut());
+        v
+    }
+
+    /// Drop the resident pages of the memory-mapped weights of the encoder and the decoder
+    /// (see [`aria_core::nn::Linear::release_pages`]), e.g. once a request's audio is decoded:
+    /// the next encode or decode reads them from the file again. Returns the bytes released.
+    pub fn release_pages(&self) -> Result<usize> {
+        Ok(self.enc.release_pages()?
+            + self.dec.release_pages()?
+            + self.enc_out.release_pages()?
+            + self.dec_in.release_pages()?)
+    }
+
     /// Move every weight and parameter to `device` (a device backend, or back to the CPU).
     /// Inputs passed to [`Self::decode`] / [`Self::encode`] should live there too; the noise
     /// draws of the stochastic terms are moved there as they are taken (an explicit upload

@@ -91,6 +91,24 @@ impl Stage {
         })
     }
 
+    /// Every matrix of the stage: the mapping (over unfolded windows) and the blocks'.
+    pub(crate) fn linears_mut(&mut self) -> Vec<&mut aria_core::nn::Linear> {
+        let mut v = vec![self.mapping.linear_mut()];
+        for b in &mut self.blocks {
+            v.extend(b.linears_mut());
+        }
+        v
+    }
+
+    /// Drop the resident pages of the memory-mapped weights of the blocks.
+    pub(crate) fn release_pages(&self) -> Result<usize> {
+        let mut n = self.mapping.release_pages()?;
+        for b in &self.blocks {
+            n += b.release_pages()?;
+        }
+        Ok(n)
+    }
+
     /// Move every weight and parameter to `device`.
     pub(crate) fn move_to(&mut self, device: &Device) -> Result<()> {
         self.mapping.linear_mut().to_device(device)?;

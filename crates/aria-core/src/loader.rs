@@ -20,7 +20,7 @@ use serde::Deserialize;
 
 pub use crate::error::SafeTensorsErrorKind;
 use crate::nn::{PackedSource, PackedWeight};
-use crate::storage::Storage;
+use crate::storage::{release_range, Storage};
 use crate::tensor::contiguous_strides;
 use crate::{CoreError, DType, Result, Tensor};
 
@@ -432,6 +432,7 @@ impl SafeTensorsFile {
                 start: info.start,
                 len: info.end - info.start,
                 dtype: info.dtype,
+                file_backed: self.file_backed,
             };
             Tensor::from_storage(
                 Arc::new(storage),
@@ -444,34 +445,6 @@ impl SafeTensorsFile {
             copy_tensor(bytes, info.dtype, &info.shape)
         }
     }
-}
-
-/// Page size assumed when rounding a release to whole pages (the largest base page of the
-/// supported platforms; a smaller real page only leaves a few more pages resident).
-const RELEASE_PAGE: usize = 16 * 1024;
-
-#[cfg(unix)]
-fn release_range(map: &Mmap, start: usize, end: usize) -> Result<usize> {
-    let base = map.as_ptr() as usize;
-    // Only whole pages inside [start, end): neighbouring tensors keep theirs.
-    let first = (base + start).div_ceil(RELEASE_PAGE) * RELEASE_PAGE - base;
-    let last = ((base + end) / RELEASE_PAGE * RELEASE_PAGE).saturating_sub(base);
-    if last <= first || last > map.len() {
-        return Ok(0);
-    }
-    // SAFETY: `map` is a read-only mapping of a file (checked by the caller through
-    // `file_backed`) and aria never writes through it, so MADV_DONTNEED only drops the
-    // process's copies of clean file pages: any later read of these bytes, through a tensor
-    // still viewing them or otherwise, faults the same bytes in from the file again. No
-    // reference ever observes different contents. The range lies inside the mapping.
-    unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, last - first) }
-        .map_err(|e| CoreError::Invalid(format!("madvise(MADV_DONTNEED) failed: {e}")))?;
-    Ok(last - first)
-}
-
-#[cfg(not(unix))]
-fn release_range(_map: &Mmap, _start: usize, _end: usize) -> Result<usize> {
-    Ok(0)
 }
 
 fn copy_tensor(bytes: &[u8], dtype: DType, shape: &[usize]) -> Result<Tensor> {

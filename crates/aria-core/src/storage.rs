@@ -100,6 +100,9 @@ pub enum Storage {
         len: usize,
         /// Element type of the region.
         dtype: DType,
+        /// Whether `map` maps a file, so that its pages can be dropped and read back from it
+        /// ([`Storage::release_pages`]); `false` for an anonymous mapping.
+        file_backed: bool,
     },
     /// A device buffer.
     Device(Arc<dyn DeviceStorage>),
@@ -121,4 +124,53 @@ impl Storage {
     pub fn is_mapped(&self) -> bool {
         matches!(self, Storage::Mapped { .. })
     }
+
+    /// Drop this process's resident pages of a file-backed mapped region
+    /// (`madvise(MADV_DONTNEED)` on the whole pages inside it): the resident set shrinks at
+    /// once, and the next access reads the same bytes from the file again (from the page
+    /// cache when it still holds them). Every tensor viewing the region stays valid. Returns
+    /// the bytes released: 0 for owned, device and anonymous mapped storage, and on platforms
+    /// without `madvise`.
+    pub fn release_pages(&self) -> crate::Result<usize> {
+        match self {
+            Storage::Mapped {
+                map,
+                start,
+                len,
+                file_backed: true,
+                ..
+            } => release_range(map, *start, start.saturating_add(*len)),
+            _ => Ok(0),
+        }
+    }
+}
+
+/// Page size assumed when rounding a release to whole pages (the largest base page of the
+/// supported platforms; a smaller real page only leaves a few more pages resident).
+const RELEASE_PAGE: usize = 16 * 1024;
+
+/// Drop the resident pages of the whole pages inside `[start, end)` of `map`, which must be a
+/// read-only mapping of a file (not an anonymous one: its pages would read back as zeros).
+#[cfg(unix)]
+pub(crate) fn release_range(map: &Mmap, start: usize, end: usize) -> crate::Result<usize> {
+    let base = map.as_ptr() as usize;
+    // Only whole pages inside [start, end): neighbouring tensors keep theirs.
+    let first = (base + start).div_ceil(RELEASE_PAGE) * RELEASE_PAGE - base;
+    let last = ((base + end) / RELEASE_PAGE * RELEASE_PAGE).saturating_sub(base);
+    if last <= first || last > map.len() {
+        return Ok(0);
+    }
+    // SAFETY: callers pass read-only mappings of files only (`file_backed`), and aria never
+    // writes through them, so MADV_DONTNEED only drops the process's copies of clean file
+    // pages: any later read of these bytes, through a tensor still viewing them or otherwise,
+    // faults the same bytes in from the file again. No reference ever observes different
+    // contents. The range lies inside the mapping (checked above).
+    unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, last - first) }
+        .map_err(|e| crate::CoreError::Invalid(format!("madvise(MADV_DONTNEED) failed: {e}")))?;
+    Ok(last - first)
+}
+
+#[cfg(not(unix))]
+pub(crate) fn release_range(_map: &Mmap, _start: usize, _end: usize) -> crate::Result<usize> {
+    Ok(0)
 }

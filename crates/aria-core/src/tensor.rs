@@ -235,6 +235,14 @@ impl Tensor {
         self.storage.is_mapped()
     }
 
+    /// Drop the resident pages of the memory-mapped file region this tensor views (see
+    /// [`Storage::release_pages`]): for weights not needed for a while (a text encoder once
+    /// the prompt is encoded), which read back from the file on their next use. The tensor
+    /// stays valid. Returns the bytes released (0 unless the storage is a file mapping).
+    pub fn release_pages(&self) -> Result<usize> {
+        self.storage.release_pages()
+    }
+
     /// Whether elements are laid out row-major without gaps (always true for zero elements).
     pub fn is_contiguous(&self) -> bool {
         if self.elem_count() == 0 {

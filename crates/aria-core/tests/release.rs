@@ -49,10 +49,40 @@ fn released_pages_leave_the_resident_set_and_read_back_the_same() {
     );
     assert!(w.release("missing").is_err());
 
+    // The same through the tensor itself (what layers and models use), on a view too.
+    let _ = t
+        .as_slice::<f32>()
+        .unwrap()
+        .iter()
+        .map(|x| *x as f64)
+        .sum::<f64>();
+    let view = t.narrow(0, 3, 5).unwrap();
+    let before = rss_file();
+    let released = view.release_pages().unwrap();
+    let after = rss_file();
+    if cfg!(unix) {
+        // The whole mapped region the view lies in goes.
+        assert!(released >= (n * 4) - (64 << 10), "released {released}");
+    }
+    if let (Some(b), Some(a)) = (before, after) {
+        assert!(
+            a + (released as u64) / 2 <= b,
+            "RssFile {b} -> {a} (tensor release)"
+        );
+    }
+    assert_eq!(t.to_vec::<f32>().unwrap(), v);
+    assert_eq!(view.to_vec::<f32>().unwrap(), v[3 * 1024..8 * 1024]);
+    // Owned tensors release nothing and keep their values.
+    assert_eq!(small.release_pages().unwrap(), 0);
+    assert_eq!(small.to_vec::<f32>().unwrap(), [1.0, 2.0, 3.0]);
+
     // An in-memory file has no file to read its bytes from: nothing is released.
     let bytes = std::fs::read(&path).unwrap();
     let mem = SafeTensorsFile::from_bytes("mem", &bytes).unwrap();
     assert_eq!(mem.release("big").unwrap(), 0);
-    assert_eq!(mem.tensor("big").unwrap().to_vec::<f32>().unwrap(), v);
+    let mt = mem.tensor("big").unwrap();
+    assert!(mt.is_mapped());
+    assert_eq!(mt.release_pages().unwrap(), 0);
+    assert_eq!(mt.to_vec::<f32>().unwrap(), v);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -107,14 +107,10 @@ fn linear_views_and_mixed_operands() {
     let xtg = gpu.put(&xt).unwrap().transpose(0, 1).unwrap();
     assert!(!xtg.is_contiguous());
     let want = ops::linear(&xt.transpose(0, 1).unwrap(), &w, None).unwrap();
-    // No strided-copy kernel yet: a strided device view is refused by name instead of making a
-    // silent round trip through the host; compacting it explicitly works.
-    match ops::linear(&xtg, &w, None) {
-        Err(CoreError::Unsupported { op, backend }) => {
-            assert_eq!((op, backend.as_str()), ("contiguous", "wgpu"));
-        }
-        other => panic!("expected Unsupported, got {other:?}"),
-    }
+    // A strided device view is compacted on the device (the `contiguous` kernel), never
+    // through the host.
+    let got = ops::linear(&xtg, &w, None).unwrap();
+    assert!(rel_err(&got.to_vec_f32().unwrap(), &want.to_vec_f32().unwrap()) < 1e-5);
     let xtc = gpu.put(&xtg.to_cpu().unwrap()).unwrap();
     let got = ops::linear(&xtc, &w, None).unwrap(); // CPU weight: uploaded on the fly
     assert!(rel_err(&got.to_vec_f32().unwrap(), &want.to_vec_f32().unwrap()) < 1e-5);
@@ -172,15 +168,24 @@ fn linear_errors_are_typed() {
     assert!(matches!(e, CoreError::Shape { op: "linear", .. }), "{e}");
     let e = ops::linear(&x, &w, Some(&gpu.put(&rand_t(&[4], 4)).unwrap())).unwrap_err();
     assert!(matches!(e, CoreError::Shape { .. }), "{e}");
-    let wh = gpu
-        .put(&rand_t(&[5, 8], 2).to_dtype(DType::BF16).unwrap())
+    // 16-bit weights stay 16-bit on the device and match the CPU (which widens them too).
+    for dt in [DType::BF16, DType::F16] {
+        let wc = rand_t(&[5, 8], 2).to_dtype(dt).unwrap();
+        let wh = gpu.put(&wc).unwrap();
+        let got = ops::linear(&x, &wh, None).unwrap();
+        let want = ops::linear(&x.to_cpu().unwrap(), &wc, None).unwrap();
+        let e = rel_err(&got.to_vec_f32().unwrap(), &want.to_vec_f32().unwrap());
+        assert!(e < 1e-5, "{dt}: {e}");
+    }
+    let wi = gpu
+        .put(&rand_t(&[5, 8], 2).to_dtype(DType::I8).unwrap())
         .unwrap();
-    let e = ops::linear(&x, &wh, None).unwrap_err();
+    let e = ops::linear(&x, &wi, None).unwrap_err();
     assert!(
         matches!(
             e,
             CoreError::DType {
-                dtype: DType::BF16,
+                dtype: DType::I8,
                 ..
             }
         ),

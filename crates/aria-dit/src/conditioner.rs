@@ -537,6 +537,13 @@ impl TextConditioner {
         Ok(())
     }
 
+    /// Drop the resident pages of the text encoder's memory-mapped weights once a request's
+    /// prompts are encoded (see [`T5GemmaEncoder::release_pages`]); the next conditioning
+    /// reads them from the file again. Returns the bytes released.
+    pub fn release_pages(&self) -> Result<usize> {
+        self.prompt.encoder().release_pages()
+    }
+
     /// The number conditioner `id`, if any.
     pub fn number(&self, id: &str) -> Option<&NumberConditioner> {
         self.numbers.iter().find(|n| n.id == id)

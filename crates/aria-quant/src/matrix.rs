@@ -460,4 +460,8 @@ impl PackedWeight for PackedMatrix {
         let v = self.dequantize_f32()?;
         Tensor::from_vec(v, &[self.rows, self.cols])
     }
+
+    fn release_pages(&self) -> aria_core::Result<usize> {
+        self.data.release_pages()
+    }
 }

@@ -149,6 +149,19 @@ impl Steering {
         )
     }
 
+    /// The same steering at `strength` (e.g. a strength ramped across the chunks of a
+    /// stream). Errors on a non-finite strength.
+    pub fn with_strength(mut self, strength: f32) -> Result<Self> {
+        if !strength.is_finite() {
+            return Err(SteerError::Invalid(format!(
+                "{} steering: strength {strength} is not finite",
+                self.site
+            )));
+        }
+        self.strength = strength;
+        Ok(self)
+    }
+
     /// Use `scale` for an add.
     pub fn with_scale(mut self, scale: Scale) -> Self {
         self.scale = scale;
@@ -310,6 +323,17 @@ impl SteeringHook {
     /// Whether there is no steering.
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
+    }
+
+    /// The same steerings with every strength multiplied by `factor` (a ramp: 0 leaves every
+    /// activation untouched, bit for bit; 1 is this hook). Errors on a non-finite product.
+    pub fn scaled(&self, factor: f32) -> Result<SteeringHook> {
+        let items = self
+            .items
+            .iter()
+            .map(|s| s.clone().with_strength(s.strength * factor))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(SteeringHook { items })
     }
 }
 

@@ -326,6 +326,33 @@ fn add_and_project_arithmetic_and_order() {
 }
 
 #[test]
+fn scaled_hooks_ramp_the_strength() {
+    let x = Tensor::from_vec(vec![1f32, 2.0, 3.0, 4.0], &[1, 2, 2]).unwrap();
+    let add = Steering::new(Site::Residual(0), SteerOp::Add, 0.5, vec![0.0, 1.0], 4.0).unwrap();
+    let h = SteeringHook::from_steerings(vec![add.clone()]);
+    let c = ctx(HookSite::Residual(0), Some(0));
+    // Half the ramp: half the shift (0.5 · 0.5 · 4 = 1).
+    let half = h.scaled(0.5).unwrap();
+    assert_eq!(half.steerings()[0].strength(), 0.25);
+    assert_eq!(
+        run_hook(Some(&half), &c, x.clone())
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap(),
+        vec![1.0, 3.0, 3.0, 5.0]
+    );
+    // Zero: the hook leaves the activation alone.
+    let zero = h.scaled(0.0).unwrap();
+    assert!(!zero.wants(HookSite::Residual(0)));
+    assert!(zero.on_activation(&c, &x).unwrap().is_none());
+    assert!(matches!(
+        h.scaled(f32::INFINITY),
+        Err(SteerError::Invalid(_))
+    ));
+    assert!(add.with_strength(f32::NAN).is_err());
+}
+
+#[test]
 fn latent_acts_on_channels_and_spans_gate() {
     // [B=1, C=2, T=3]: direction over channels.
     let x = Tensor::from_vec(vec![1f32, 2.0, 3.0, 10.0, 20.0, 30.0], &[1, 2, 3]).unwrap();

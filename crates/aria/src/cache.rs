@@ -83,6 +83,7 @@ impl<'a> CacheGenerator<'a> {
             init_latents: None,
             warm_start: None,
             inpaint: None,
+            inpaint_latents: None,
             conditioning: None,
             ..self.template.clone()
         }

@@ -72,4 +72,4 @@ pub use pipeline::{
     AudioChunk, AudioOutput, AudioSink, BatchGenerated, CancelToken, DeviceKind, Event,
     GenerateRequest, Generated, LoadOptions, Pipeline, RunOptions, Timings,
 };
-pub use stream::{StreamChunk, StreamConfig, StreamGenerator};
+pub use stream::{ContextFrom, StreamChunk, StreamConfig, StreamGenerator};

@@ -16,6 +16,16 @@
 //! * W8A8 ([`LoadOptions::w8a8`](crate::LoadOptions::w8a8)): the `q8_0` layers quantize their
 //!   activations per token and run int8 × int8 dot products.
 //! * LoRA on a packed base runs as a run-time low-rank delta; the base is never re-quantized.
+//! * The autoencoder decoder can be packed too
+//!   ([`LoadOptions::quantize_decoder`](crate::LoadOptions::quantize_decoder), `q8_0`).
+//! * **Stages do not add up.** A run releases the mapped pages of the weights a stage no
+//!   longer needs ([`aria_core::Tensor::release_pages`]; unless
+//!   [`LoadOptions::keep_resident`](crate::LoadOptions::keep_resident)): the text encoder once
+//!   the prompts are encoded, the DiT's context layers (cross-attention K/V and the condition
+//!   embedders) once it is prepared, the DiT before decoding, the autoencoder after it. They
+//!   read back from the page cache on the next request. A pre-quantized folder's packed
+//!   weights are borrowed from its mapping, so they leave before decoding too; weights packed
+//!   at load live in owned memory for the life of the pipeline.
 //!
 //! Packing needs the `quant` cargo feature (on by default in the `aria` program).
 
@@ -328,6 +338,49 @@ pub fn pack_linears(
     }
     dit.mark_weights_changed();
     Ok(rep)
+}
+
+/// Pack every matrix of the autoencoder's decoder as `q8_0` (W8A8 with `w8a8`), releasing
+/// the mapped pages of the dense weights replaced ([`LoadOptions::quantize_decoder`]
+/// (crate::LoadOptions::quantize_decoder)). Returns `(layers packed, bytes before, bytes
+/// after)`.
+#[cfg(feature = "quant")]
+pub(crate) fn pack_decoder(
+    ae: &mut aria_codec::Autoencoder,
+    w8a8: bool,
+) -> Result<(usize, usize, usize)> {
+    use aria_core::nn::Weight;
+    use aria_quant::{Compute, Format, PackedMatrix};
+    let (mut n, mut before, mut after) = (0, 0, 0);
+    for lin in ae.decoder_linears_mut() {
+        let Some(w) = lin.weight().dense().cloned() else {
+            continue;
+        };
+        let key = format!("{}.weight", lin.name());
+        let m = PackedMatrix::quantize(&key, &w, Format::Q8_0).map_err(qerr)?;
+        let m = if w8a8 {
+            m.with_compute(Compute::W8A8).map_err(qerr)?
+        } else {
+            m
+        };
+        before += lin.weight().nbytes();
+        lin.set_weight(Weight::Packed(std::sync::Arc::new(m)))?;
+        w.release_pages()?;
+        after += lin.weight().nbytes();
+        n += 1;
+    }
+    Ok((n, before, after))
+}
+
+/// Without the `quant` feature the decoder keeps its stored weights.
+#[cfg(not(feature = "quant"))]
+pub(crate) fn pack_decoder(
+    _ae: &mut aria_codec::Autoencoder,
+    _w8a8: bool,
+) -> Result<(usize, usize, usize)> {
+    Err(Error::Unavailable(
+        "quantizing the decoder needs the `quant` feature of the aria crate".into(),
+    ))
 }
 
 /// Without the `quant` feature only stored weights load.

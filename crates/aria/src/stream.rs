@@ -1,11 +1,15 @@
 //! Open-ended generation, chunk by chunk ([`StreamGenerator`]).
 //!
 //! Every chunk generates a window of `context + chunk` seconds. From the second chunk on the
-//! window is an inpainting request: its first `context` seconds are kept (the model is
-//! conditioned on the encoded tail of the previous window, the inpainting mask marks them as
-//! kept) and the rest is regenerated. Only the new `chunk` seconds are emitted; the join between
-//! the previous window's audio and the new one is crossfaded over a short fade at the end of the
-//! overlap, so the stream has no discontinuity.
+//! window is an inpainting request: its first `context` seconds are kept (the inpainting mask
+//! marks them as kept) and the rest is regenerated. The kept part is, by default, the previous
+//! window's own final latents shifted by one chunk ([`ContextFrom::Latents`]: a rolling latent
+//! context, nothing re-encoded; chunk and context are then whole latent frames), or the
+//! previous window's audio tail encoded again ([`ContextFrom::Audio`]). Only the new `chunk`
+//! seconds are emitted. At each join the new window is first phase-aligned to the previous one
+//! (the lag within `±align_sec` that maximises their normalised cross-correlation over the
+//! fade), then the two are crossfaded over a short fade at the end of the overlap, so the
+//! stream has no discontinuity.
 //!
 //! ```text
 //! window k-1:  |··········· a[k-1] ···········|
@@ -52,24 +56,46 @@ use crate::{AudioClip, Error, Pipeline, Result};
 /// Gain curves of the crossfade at a join.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Fade {
-    /// `cos`/`sin` gains: constant power for uncorrelated signals.
+    /// Linear gains scaled for the measured correlation `r` of the two signals over the fade
+    /// (after alignment): `g = (1 − w, w) / √((1 − w)² + w² + 2r·w(1 − w))`, which keeps the
+    /// power constant for any `r` in [0, 1] (linear for `r = 1`, power-normalised for `r = 0`).
     #[default]
+    Adaptive,
+    /// `cos`/`sin` gains: constant power for uncorrelated signals.
     EqualPower,
     /// Linear gains: constant amplitude for correlated (phase-aligned) signals.
     Linear,
 }
 
 impl Fade {
-    /// Gains `(out, in)` at position `w` in [0, 1] of the fade.
-    fn gains(self, w: f32) -> (f32, f32) {
+    /// Gains `(out, in)` at position `w` in [0, 1] of the fade, for signals of correlation `r`.
+    fn gains(self, w: f32, r: f32) -> (f32, f32) {
         match self {
             Fade::EqualPower => {
                 let a = w * std::f32::consts::FRAC_PI_2;
                 (a.cos(), a.sin())
             }
             Fade::Linear => (1.0 - w, w),
+            Fade::Adaptive => {
+                let r = r.clamp(0.0, 1.0);
+                let (a, b) = (1.0 - w, w);
+                let s = (a * a + b * b + 2.0 * r * a * b).sqrt();
+                (a / s, b / s)
+            }
         }
     }
+}
+
+/// What each window continues from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ContextFrom {
+    /// The previous window's final latents, shifted by one chunk: no encoder pass, and the kept
+    /// region continues the latent sequence exactly. Chunk and context are rounded up to whole
+    /// latent frames ([`crate::plan::Geometry::downsampling_ratio`] samples).
+    #[default]
+    Latents,
+    /// The previous window's audio tail, encoded again by the autoencoder (any lengths).
+    Audio,
 }
 
 /// Lengths of a stream.
@@ -86,17 +112,24 @@ pub struct StreamConfig {
     pub fade: Fade,
     /// Latent headroom of every window (the request's `duration_padding_sec`).
     pub padding_sec: f64,
+    /// What each window continues from.
+    pub context_from: ContextFrom,
+    /// Largest phase-alignment lag at a join, in seconds (0: no alignment).
+    pub align_sec: f64,
 }
 
 impl Default for StreamConfig {
-    /// 4 s chunks continuing 2 s of context, a 50 ms equal-power fade, 1 s of headroom.
+    /// 4 s chunks continuing 2 s of latent context, a 50 ms correlation-adaptive fade after a
+    /// phase alignment of at most 5 ms, 1 s of headroom.
     fn default() -> Self {
         StreamConfig {
             chunk_sec: 4.0,
             context_sec: 2.0,
             fade_sec: 0.05,
-            fade: Fade::EqualPower,
+            fade: Fade::Adaptive,
             padding_sec: 1.0,
+            context_from: ContextFrom::Latents,
+            align_sec: 0.005,
         }
     }
 }
@@ -110,6 +143,9 @@ pub struct StreamChunk {
     pub start: u64,
     /// Audio `[channels, chunk samples]` at [`Pipeline::sample_rate`].
     pub audio: Tensor,
+    /// Phase-alignment lag applied to this window at its join, in samples (positive: the new
+    /// window's audio was advanced); 0 for the first chunk.
+    pub lag: i64,
     /// Time per stage of the window's generation.
     pub timings: Timings,
 }
@@ -126,6 +162,14 @@ pub struct StreamGenerator<'p> {
     fade_len: usize,
     /// The not-yet-emitted tail of the last window, `[channels, context]` channel-major.
     tail: Option<Vec<f32>>,
+    /// What each window continues from, and (latent context) the last window's latents past
+    /// the emitted chunk, `[C, context / ratio]` channel-major.
+    context_from: ContextFrom,
+    tail_latents: Option<Vec<f32>>,
+    /// Audio samples per latent frame.
+    ratio: usize,
+    /// Largest alignment lag in samples.
+    max_lag: usize,
     index: usize,
     /// The text conditioning of the current prompt (and negative prompt), computed once per
     /// prompt: every window has the same duration.
@@ -172,13 +216,25 @@ impl<'p> StreamGenerator<'p> {
             }
             Ok((s * f64::from(sr)).round() as usize)
         };
-        let chunk = to_samples(config.chunk_sec, "chunk")?;
-        let context = to_samples(config.context_sec, "context")?;
+        let ratio = pipe.geometry().downsampling_ratio.max(1);
+        let frames = |n: usize| match config.context_from {
+            ContextFrom::Latents => n.div_ceil(ratio) * ratio,
+            ContextFrom::Audio => n,
+        };
+        let chunk = frames(to_samples(config.chunk_sec, "chunk")?);
+        let context = frames(to_samples(config.context_sec, "context")?);
         let fade_len = to_samples(config.fade_sec, "fade")?;
+        let max_lag = to_samples(config.align_sec, "alignment")?;
         if chunk == 0 {
             return Err(Error::Input(format!(
                 "stream chunk of {} s has no samples",
                 config.chunk_sec
+            )));
+        }
+        if max_lag > fade_len {
+            return Err(Error::Input(format!(
+                "stream alignment of {} s exceeds the fade of {} s",
+                config.align_sec, config.fade_sec
             )));
         }
         if fade_len == 0 || fade_len > context {
@@ -193,7 +249,9 @@ impl<'p> StreamGenerator<'p> {
                 config.padding_sec
             )));
         }
-        let window = samples_to_sec(chunk + context, sr);
+        // Every window has `max_lag` samples past its end, so that an aligned window still
+        // covers it.
+        let window = samples_to_sec(chunk + context + max_lag, sr);
         if window > pipe.max_seconds() {
             return Err(Error::Input(format!(
                 "stream window (context {} s + chunk {} s) exceeds this model's maximum of \
@@ -220,6 +278,10 @@ impl<'p> StreamGenerator<'p> {
             context,
             fade_len,
             tail: None,
+            context_from: config.context_from,
+            tail_latents: None,
+            ratio,
+            max_lag,
             index: 0,
             cond: None,
         })
@@ -254,7 +316,13 @@ impl<'p> StreamGenerator<'p> {
     /// Floats the generator keeps between chunks (the context tail): constant once the first
     /// chunk is out.
     pub fn retained_floats(&self) -> usize {
-        self.tail.as_ref().map_or(0, Vec::len)
+        self.tail.as_ref().map_or(0, Vec::len) + self.tail_latents.as_ref().map_or(0, Vec::len)
+    }
+
+    /// Samples per latent frame: with [`ContextFrom::Latents`], chunk and context lengths are
+    /// multiples of it.
+    pub fn latent_frame_samples(&self) -> usize {
+        self.ratio
     }
 
     /// The conditioning of the current request, from the cache when the prompt is unchanged
@@ -316,11 +384,15 @@ impl<'p> StreamGenerator<'p> {
             }),
             None => None,
         };
+        req.inpaint_latents = match (&self.tail_latents, self.context_from) {
+            (Some(tl), ContextFrom::Latents) => Some(self.window_latents(&req, tl)?),
+            _ => None,
+        };
         opts.audio = AudioOutput::Tensor;
         let out = self.pipe.run(&req, noise, opts)?;
         let shape = out.audio.shape().to_vec();
         let n = match shape.as_slice() {
-            [a, n] if *a == ch && *n >= w => *n,
+            [a, n] if *a == ch && *n >= w + self.max_lag => *n,
             _ => {
                 return Err(Error::Input(format!(
                     "stream window audio has shape {shape:?}, expected [{ch}, >= {w}]"
@@ -328,25 +400,36 @@ impl<'p> StreamGenerator<'p> {
             }
         };
         let new = out.audio.contiguous()?.to_vec_f32()?;
-        // The window's first `w` samples on the stream's time line, joined to the tail.
+        let f0 = ctx - self.fade_len;
+        let (lag, corr) = match &self.tail {
+            Some(tail) => best_lag(tail, ctx, &new, n, ch, f0, self.max_lag),
+            None => (0, 0.0),
+        };
+        // The window's first `w` samples on the stream's time line (advanced by `lag`), joined
+        // to the tail.
         let mut joined = vec![0f32; ch * w];
         for k in 0..ch {
-            let src = &new[k * n..k * n + w];
+            let row = &new[k * n..(k + 1) * n];
             let dst = &mut joined[k * w..(k + 1) * w];
             match &self.tail {
-                None => dst.copy_from_slice(src),
+                None => dst.copy_from_slice(&row[..w]),
                 Some(tail) => {
                     let old = &tail[k * ctx..(k + 1) * ctx];
-                    let f0 = ctx - self.fade_len;
+                    let src = |i: usize| row[(i as i64 + lag) as usize];
                     dst[..f0].copy_from_slice(&old[..f0]);
                     for i in f0..ctx {
                         let x = (i - f0) as f32 + 0.5;
-                        let (g_out, g_in) = self.fade.gains(x / self.fade_len as f32);
-                        dst[i] = old[i] * g_out + src[i] * g_in;
+                        let (g_out, g_in) = self.fade.gains(x / self.fade_len as f32, corr);
+                        dst[i] = old[i] * g_out + src(i) * g_in;
                     }
-                    dst[ctx..].copy_from_slice(&src[ctx..]);
+                    for (i, d) in dst.iter_mut().enumerate().skip(ctx) {
+                        *d = src(i);
+                    }
                 }
             }
+        }
+        if self.context_from == ContextFrom::Latents {
+            self.tail_latents = Some(self.next_tail_latents(&out.latents)?);
         }
         let mut emit = Vec::with_capacity(ch * c);
         let mut tail = Vec::with_capacity(ch * ctx);
@@ -359,9 +442,145 @@ impl<'p> StreamGenerator<'p> {
             index: self.index,
             start: (self.index as u64) * (c as u64),
             audio: Tensor::from_vec(emit, &[ch, c])?,
+            lag,
             timings: out.timings,
         };
         self.index += 1;
         Ok(chunk)
+    }
+}
+
+impl StreamGenerator<'_> {
+    /// The inpainting latents `[1, C, T]` of the next window: the kept tail latents in its
+    /// first frames, zeros after them (masked out).
+    fn window_latents(&self, req: &GenerateRequest, tail: &[f32]) -> Result<Tensor> {
+        let t = self
+            .pipe
+            .lengths(req.seconds, req.duration_padding_sec)
+            .latents;
+        let keep = self.context / self.ratio;
+        let c = tail.len() / keep.max(1);
+        if keep == 0 || keep > t || c * keep != tail.len() {
+            return Err(Error::Input(format!(
+                "stream latent context of {keep} frames does not fit a window of {t} latents"
+            )));
+        }
+        let mut v = vec![0f32; c * t];
+        for ch in 0..c {
+            v[ch * t..ch * t + keep].copy_from_slice(&tail[ch * keep..(ch + 1) * keep]);
+        }
+        Ok(Tensor::from_vec(v, &[1, c, t])?)
+    }
+
+    /// The latent frames of `latents` (`[1, C, T]`) past the emitted chunk: the next window's
+    /// context.
+    fn next_tail_latents(&self, latents: &Tensor) -> Result<Vec<f32>> {
+        let (c0, keep) = (self.chunk / self.ratio, self.context / self.ratio);
+        let (c, t) = match latents.shape() {
+            [1, c, t] if c0 + keep <= *t => (*c, *t),
+            s => {
+                return Err(Error::Input(format!(
+                    "stream window latents have shape {s:?}, expected [1, C, >= {}]",
+                    c0 + keep
+                )))
+            }
+        };
+        let v = latents.contiguous()?.to_vec_f32()?;
+        let mut tail = Vec::with_capacity(c * keep);
+        for ch in 0..c {
+            tail.extend_from_slice(&v[ch * t + c0..ch * t + c0 + keep]);
+        }
+        Ok(tail)
+    }
+}
+
+/// The lag in `[-min(max_lag, f0), max_lag]` that maximises the normalised cross-correlation,
+/// summed over channels, between the old tail's fade region `old[f0..ctx]` and the new window's
+/// `new[f0 + lag..ctx + lag]` (`new`: `ch` rows of `n` samples, `n ≥ ctx + max_lag`). Ties go
+/// to the smallest |lag|; silence gives lag 0. Returns the lag and its correlation.
+fn best_lag(
+    old: &[f32],
+    ctx: usize,
+    new: &[f32],
+    n: usize,
+    ch: usize,
+    f0: usize,
+    max_lag: usize,
+) -> (i64, f32) {
+    let lo = -(max_lag.min(f0) as i64);
+    let hi = max_lag as i64;
+    let mut best = (0i64, f64::NEG_INFINITY);
+    let mut any = false;
+    let mut lags: Vec<i64> = (lo..=hi).collect();
+    lags.sort_by_key(|l| l.abs());
+    for lag in lags {
+        let (mut dot, mut e_old, mut e_new) = (0f64, 0f64, 0f64);
+        for k in 0..ch {
+            let o = &old[k * ctx + f0..(k + 1) * ctx];
+            let start = (f0 as i64 + lag) as usize;
+            let s = &new[k * n + start..k * n + start + o.len()];
+            for (a, b) in o.iter().zip(s) {
+                dot += f64::from(*a) * f64::from(*b);
+                e_old += f64::from(*a) * f64::from(*a);
+                e_new += f64::from(*b) * f64::from(*b);
+            }
+        }
+        let denom = (e_old * e_new).sqrt();
+        if denom <= 0.0 {
+            continue;
+        }
+        let r = dot / denom;
+        any = true;
+        if r > best.1 {
+            best = (lag, r);
+        }
+    }
+    if any {
+        (best.0, best.1 as f32)
+    } else {
+        (0, 0.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::best_lag;
+
+    #[test]
+    fn best_lag_finds_a_known_shift() {
+        let (ch, ctx, f0, n) = (2usize, 400usize, 100usize, 520usize);
+        let sig = |i: i64, k: usize| {
+            ((i as f32) * 0.07 + k as f32).sin() + 0.3 * ((i as f32) * 0.23).cos()
+        };
+        let old: Vec<f32> = (0..ch)
+            .flat_map(|k| (0..ctx as i64).map(move |i| sig(i, k)))
+            .collect();
+        for shift in [-7i64, 0, 5, 19] {
+            // new[j] = old-signal at j - shift: the best lag re-aligns it.
+            let new: Vec<f32> = (0..ch)
+                .flat_map(|k| (0..n as i64).map(move |j| sig(j - shift, k)))
+                .collect();
+            let (lag, r) = best_lag(&old, ctx, &new, n, ch, f0, 32);
+            assert_eq!(lag, shift);
+            assert!((r - 1.0).abs() < 1e-5, "{r}");
+        }
+        let silent = vec![0f32; ch * n];
+        assert_eq!(best_lag(&old, ctx, &silent, n, ch, f0, 32), (0, 0.0));
+    }
+
+    #[test]
+    fn adaptive_gains_keep_power_for_any_correlation() {
+        use super::Fade;
+        for r in [0.0f32, 0.3, 0.8, 1.0] {
+            for w in [0.0f32, 0.1, 0.5, 0.9, 1.0] {
+                let (a, b) = Fade::Adaptive.gains(w, r);
+                let power = a * a + b * b + 2.0 * r * a * b;
+                assert!((power - 1.0).abs() < 1e-5, "r {r} w {w}: {power}");
+            }
+        }
+        assert_eq!(
+            Fade::Adaptive.gains(0.25, 1.0),
+            Fade::Linear.gains(0.25, 1.0)
+        );
     }
 }

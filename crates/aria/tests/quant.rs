@@ -225,3 +225,73 @@ fn lora_on_a_packed_base_is_a_run_time_delta() {
     q.set_lora_strength(0, 0.0).unwrap();
     assert_eq!(latents(&q, 5), base_q8);
 }
+
+/// Latents and audio of a short generation.
+fn audio(p: &Pipeline, seed: u64) -> (Vec<f32>, Vec<f32>) {
+    let mut r = GenerateRequest::new("warm ambient pad", 0.5);
+    r.steps = 4;
+    r.duration_padding_sec = 0.1;
+    let out = p
+        .run(&r, &mut TorchNoise::new(seed), RunOptions::default())
+        .unwrap();
+    (
+        out.latents.to_vec_f32().unwrap(),
+        out.audio.to_vec_f32().unwrap(),
+    )
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn released_pages_read_back_across_requests_and_the_decoder_packs() {
+    let Some(files) = files() else { return };
+    // Pages released between stages (the default) change nothing, request after request.
+    let kept = Pipeline::load(
+        &files,
+        &LoadOptions {
+            keep_resident: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let (l0, a0) = audio(&kept, 3);
+    for pre in [None, Some(WeightPrecision::Q8)] {
+        let released = load(&files, pre, false);
+        let want = if pre.is_none() {
+            (l0.clone(), a0.clone())
+        } else {
+            let k = Pipeline::load(
+                &files,
+                &LoadOptions {
+                    precision: pre,
+                    keep_resident: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            audio(&k, 3)
+        };
+        for _ in 0..2 {
+            let (l, a) = audio(&released, 3);
+            assert_eq!(bits(&l), bits(&want.0), "latents ({pre:?})");
+            assert_eq!(bits(&a), bits(&want.1), "audio ({pre:?})");
+        }
+    }
+
+    // The decoder packed as q8_0: same latents, audio close to the dense decoder's.
+    let dq = Pipeline::load(
+        &files,
+        &LoadOptions {
+            quantize_decoder: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let (l, a) = audio(&dq, 3);
+    assert_eq!(bits(&l), bits(&l0));
+    let err = rel_rms(&a, &a0);
+    eprintln!("q8 decoder audio rel-RMS {err:.2e}");
+    assert!(err > 0.0 && err < 0.05, "q8 decoder audio error {err}");
+}

@@ -8,11 +8,15 @@
 //! score and timestamps. The vector index is rebuilt from the stored embeddings when a cache
 //! opens, so a reopened store yields the same entries and the same search results.
 
+#[cfg(feature = "postgres")]
+pub mod postgres;
 mod sqlite;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+#[cfg(feature = "postgres")]
+pub use self::postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
 use crate::{CacheError, Result};
@@ -140,7 +144,9 @@ pub trait Store: Send {
     fn list(&self) -> Result<Vec<Entry>>;
     /// Every `(id, vector)` for embedder `name`, by id.
     fn embeddings(&self, name: &str) -> Result<Vec<(u64, Vec<f32>)>>;
-    /// Records a reuse of `id` at `now_ms`, adding `importance` to its importance.
+    /// Records a reuse of `id` at `now_ms`: its importance, which is stored as of `used_ms`,
+    /// is first decayed to `now_ms` ([`decayed_importance`]), then `importance` is added and
+    /// `used_ms` set to `now_ms`.
     fn record_hit(&mut self, id: u64, importance: f64, now_ms: i64) -> Result<()>;
     /// Stores embedder `name`'s vector for `id` (replacing one there).
     fn put_embedding(&mut self, id: u64, name: &str, v: &[f32]) -> Result<()>;
@@ -152,6 +158,78 @@ pub trait Store: Send {
     fn stats(&self) -> Result<StoreStats>;
     /// Where it is, for messages (a path or a URL without credentials).
     fn location(&self) -> String;
+    /// Stores the named state blob (e.g. the skip gater's), atomically replacing the previous.
+    fn put_state(&mut self, key: &str, bytes: &[u8]) -> Result<()> {
+        let _ = (key, bytes);
+        Err(CacheError::Store(format!(
+            "{}: state blobs are not supported",
+            self.location()
+        )))
+    }
+    /// The named state blob; `None` when never stored.
+    fn get_state(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        let _ = key;
+        Err(CacheError::Store(format!(
+            "{}: state blobs are not supported",
+            self.location()
+        )))
+    }
+    /// Replaces the clip of `id` (a refinement) in one transaction: every field of `e` but its
+    /// importance (prompts, duration, audio, latents, embeddings, quality, steps, seed, origin);
+    /// keeps the id, hits, importance and timestamps. `false` when `id` is absent.
+    fn replace(&mut self, id: u64, e: &NewEntry) -> Result<bool> {
+        let _ = (id, e);
+        Err(CacheError::Store(format!(
+            "{}: replace is not supported",
+            self.location()
+        )))
+    }
+    /// `(id, payload bytes)` of every entry, by id: 4 bytes per audio sample and latent value,
+    /// as [`StoreStats::payload_bytes`] counts them. The default loads each entry.
+    fn payload_sizes(&self) -> Result<Vec<(u64, u64)>> {
+        let mut out = Vec::new();
+        for e in self.list()? {
+            if let Some(full) = self.get(e.id)? {
+                let d = &full.data;
+                let n = d.audio.as_ref().map_or(0, |a| a.samples.len())
+                    + d.latents.as_ref().map_or(0, |l| l.data.len());
+                out.push((e.id, 4 * n as u64));
+            }
+        }
+        Ok(out)
+    }
+    /// A counter that grows with every change (insert, replace, remove, clear, hit), for workers
+    /// that follow a store shared with other processes. A store no other process writes may
+    /// keep it at 0.
+    fn version(&self) -> Result<u64> {
+        Ok(0)
+    }
+    /// The changes after version `since`, oldest first, with the version they lead to.
+    fn changes_since(&self, since: u64) -> Result<(u64, Vec<Change>)> {
+        let _ = since;
+        Ok((0, Vec::new()))
+    }
+}
+
+/// γ of SoundWeaver's importance decay, per hour: `I ← I·γ^Δt` with Δt in hours.
+pub const IMPORTANCE_DECAY_PER_HOUR: f64 = 0.9;
+
+/// An importance recorded at `since_ms`, decayed to `now_ms` (`I·0.9^Δt`, Δt in hours; no
+/// decay when `now_ms` is not after `since_ms`).
+pub fn decayed_importance(importance: f64, since_ms: i64, now_ms: i64) -> f64 {
+    let dt_h = (now_ms.saturating_sub(since_ms)).max(0) as f64 / 3_600_000.0;
+    importance * IMPORTANCE_DECAY_PER_HOUR.powf(dt_h)
+}
+
+/// One change of a shared store ([`Store::changes_since`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// `id` was added or its clip replaced: reload its embeddings.
+    Upsert(u64),
+    /// `id` was removed.
+    Remove(u64),
+    /// Every entry was removed.
+    Clear,
 }
 
 /// The default cache folder: `$ARIA_CACHE_DIR`, else `aria/warm-cache` under the platform's
@@ -174,11 +252,21 @@ pub fn default_dir() -> Option<PathBuf> {
 }
 
 /// Opens the store a `--cache` value names: a folder (the SQLite file `cache.sqlite` inside,
-/// created as needed), a `*.sqlite`/`*.db` file, or `sqlite://PATH`. Server URLs
-/// (`postgres://…`) are refused with a message until a server store exists.
+/// created as needed), a `*.sqlite`/`*.db` file, or `sqlite://PATH`; or a PostgreSQL database
+/// shared by several processes, `postgres://…` / `postgresql://…` (with the `postgres`
+/// feature; without it such a URL is refused with a message naming the feature).
 pub fn open(spec: &str) -> Result<Box<dyn Store>> {
     if let Some(rest) = spec.strip_prefix("sqlite://") {
         return Ok(Box::new(SqliteStore::open(rest)?));
+    }
+    if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
+        #[cfg(feature = "postgres")]
+        return Ok(Box::new(PostgresStore::open(spec)?));
+        #[cfg(not(feature = "postgres"))]
+        return Err(CacheError::Store(
+            "postgres:// stores need aria-cache's `postgres` feature, which this build lacks"
+                .into(),
+        ));
     }
     if spec.contains("://") {
         let scheme = spec.split("://").next().unwrap_or_default();

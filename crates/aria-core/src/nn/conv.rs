@@ -81,6 +81,11 @@ impl Conv1d {
         &mut self.linear
     }
 
+    /// Drop the resident pages of mapped weights (see [`Linear::release_pages`]).
+    pub fn release_pages(&self) -> Result<usize> {
+        self.linear.release_pages()
+    }
+
     /// `x [B, L, in]` → `[B, L, out]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         if self.kernel == 1 {

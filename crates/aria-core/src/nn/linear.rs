@@ -247,6 +247,18 @@ impl Linear {
         Ok(())
     }
 
+    /// Drop the resident pages of the weight and bias where they are borrowed from a
+    /// memory-mapped file (see [`Tensor::release_pages`]), for a layer that is not needed
+    /// for a while; they read back from the file on the next [`Linear::forward`]. Adapted
+    /// matrices and owned weights are untouched. Returns the bytes released.
+    pub fn release_pages(&self) -> Result<usize> {
+        let b = match &self.bias {
+            Some(b) => b.release_pages()?,
+            None => 0,
+        };
+        Ok(self.weight.release_pages()? + b)
+    }
+
     /// `x·Wᵀ + b` for `x [.., in]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         if let Some(w) = self.effective_weight() {

@@ -20,6 +20,12 @@ pub trait PackedWeight: Send + Sync + fmt::Debug {
     fn linear(&self, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor>;
     /// The weight as a dense f32 tensor (for adapters that need the full matrix, and tests).
     fn dequantize(&self) -> Result<Tensor>;
+    /// Drop the resident pages of packed data borrowed from a memory-mapped file (see
+    /// [`Tensor::release_pages`]); they read back on the next use. Returns the bytes released
+    /// (0, the default, for data held in owned memory).
+    fn release_pages(&self) -> Result<usize> {
+        Ok(0)
+    }
 }
 
 /// Where pre-quantized weights come from (a packed checkpoint, implemented by `aria-quant`),
@@ -87,6 +93,16 @@ impl Weight {
         match self {
             Weight::Dense(t) => t.elem_count() * t.dtype().size(),
             Weight::Packed(p) => p.nbytes(),
+        }
+    }
+
+    /// Drop the resident pages of a weight borrowed from a memory-mapped file (see
+    /// [`Tensor::release_pages`]); it reads back from the file on its next use. Returns the
+    /// bytes released (0 for weights in owned memory).
+    pub fn release_pages(&self) -> Result<usize> {
+        match self {
+            Weight::Dense(t) => t.release_pages(),
+            Weight::Packed(p) => p.release_pages(),
         }
     }
 

@@ -1,9 +1,13 @@
-// y = x·Wᵀ + b (f32): x [M, K], w [N, K], b [N], y [M, N], all row-major.
+// y = x·Wᵀ + b: x [M, K] f32, w [N, K] (f32, f16 or bf16, read as 32-bit words), b [N] f32,
+// y [M, ldy] f32 written at columns y_col .. y_col + N (a weight split over several buffers
+// runs once per buffer into its column range).
 //
-// One 16×16 workgroup computes a 16×16 tile of y; x and w are staged through workgroup memory
-// 16 columns of K at a time. Edges (M, N or K not multiples of 16) are zero-padded in the tiles
-// and masked on store. Offsets are in elements so that views (narrowed tensors) bind whole
-// buffers.
+// One TILE×TILE workgroup computes a TILE×TILE tile of y; x and w are staged through
+// workgroup memory TILE columns of K at a time, and each output accumulates Σ_k x·w in K
+// order with fma (as the CPU kernels). Edges are zero-padded in the tiles and masked on
+// store. 16-bit weights stay 16-bit in memory: f16 is unpacked with unpack2x16float, bf16 by
+// shifting into the high half of an f32. Offsets are in elements so views bind whole buffers.
+// Constants: TILE (the tile side), WDT (0 f32, 1 f16, 2 bf16).
 
 struct Params {
     m: u32,
@@ -13,22 +17,34 @@ struct Params {
     x_off: u32,
     w_off: u32,
     b_off: u32,
-    _pad: u32,
+    ldy: u32,
+    y_col: u32,
 }
 
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> w: array<f32>;
-@group(0) @binding(2) var<storage, read> b: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-@group(0) @binding(4) var<uniform> p: Params;
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<u32>;
+@group(0) @binding(3) var<storage, read> b: array<f32>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
 
-const TILE: u32 = 16u;
+// Element `i` of the weight buffer as f32.
+fn load_w(i: u32) -> f32 {
+    if (WDT == 0u) {
+        return bitcast<f32>(w[i]);
+    }
+    let word = w[i >> 1u];
+    let hi = (i & 1u) == 1u;
+    if (WDT == 1u) {
+        let v = unpack2x16float(word);
+        return select(v.x, v.y, hi);
+    }
+    return bitcast<f32>(select(word << 16u, word & 0xffff0000u, hi));
+}
 
-// xs[r][i] = x[row0 + r, k0 + i]; ws[c][i] = w[col0 + c, k0 + i].
-var<workgroup> xs: array<array<f32, 16>, 16>;
-var<workgroup> ws: array<array<f32, 16>, 16>;
+var<workgroup> xs: array<array<f32, TILE>, TILE>;
+var<workgroup> ws: array<array<f32, TILE>, TILE>;
 
-@compute @workgroup_size(16, 16, 1)
+@compute @workgroup_size(TILE, TILE, 1)
 fn linear(
     @builtin(workgroup_id) wg: vec3<u32>,
     @builtin(local_invocation_id) lid: vec3<u32>,
@@ -47,7 +63,7 @@ fn linear(
         xs[lid.y][lid.x] = xv;
         var wv = 0.0;
         if (wrow < p.n && kk < p.k) {
-            wv = w[p.w_off + wrow * p.k + kk];
+            wv = load_w(p.w_off + wrow * p.k + kk);
         }
         ws[lid.y][lid.x] = wv;
         workgroupBarrier();
@@ -60,6 +76,6 @@ fn linear(
         if (p.has_bias != 0u) {
             acc = acc + b[p.b_off + col];
         }
-        y[row * p.n + col] = acc;
+        y[row * p.ldy + p.y_col + col] = acc;
     }
 }

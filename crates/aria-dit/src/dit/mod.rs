@@ -325,6 +325,50 @@ impl Dit {
         v
     }
 
+    /// The layers only [`Dit::prepare`] uses: the context and global-condition embedders,
+    /// every block's cross-attention key/value projection and local embedding.
+    fn prepare_linears(&self) -> Vec<&Linear> {
+        let mut v = vec![
+            &self.to_cond_embed.l0,
+            &self.to_cond_embed.l2,
+            &self.to_global_embed.l0,
+            &self.to_global_embed.l2,
+        ];
+        for b in &self.blocks {
+            v.push(&b.cross_attn.to_kv);
+            if let Some(m) = &b.to_local_embed {
+                v.extend([&m.l0, &m.l2]);
+            }
+        }
+        v
+    }
+
+    /// Drop the resident pages of the memory-mapped weights of the layers only
+    /// [`Dit::prepare`] uses (cross-attention K/V projections, context, global and local
+    /// embedders; see [`Linear::release_pages`]), once a request's context is prepared: the
+    /// sampling steps never touch them, and the next `prepare` reads them from the file again.
+    /// Returns the bytes released.
+    pub fn release_prepare_pages(&self) -> Result<usize> {
+        let mut n = 0;
+        for l in self.prepare_linears() {
+            n += l.release_pages()?;
+        }
+        Ok(n)
+    }
+
+    /// Drop the resident pages of every memory-mapped weight of the model (dense weights of a
+    /// checkpoint, packed weights of a pre-quantized file), e.g. between the sampling steps
+    /// and the decoding of a request; the next evaluation reads them from the file again.
+    /// Owned weights (packed at load, converted, adapted) are untouched. Returns the bytes
+    /// released.
+    pub fn release_pages(&self) -> Result<usize> {
+        let mut n = 0;
+        for l in self.linears() {
+            n += l.release_pages()?;
+        }
+        Ok(n)
+    }
+
     /// Record that weights changed (contexts prepared earlier are then refused).
     pub fn mark_weights_changed(&mut self) {
         self.version += 1;

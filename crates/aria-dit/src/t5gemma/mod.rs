@@ -335,6 +335,29 @@ impl T5GemmaEncoder {
                 .all(|l| l.weight().dense().is_some_and(Tensor::is_mapped))
     }
 
+    /// Drop the resident pages of every weight borrowed from the memory-mapped file
+    /// (embedding table, matrices, norms; see [`Tensor::release_pages`]), e.g. once the
+    /// prompts of a request are encoded: the encoder stays usable, and its next
+    /// [`Self::encode`] reads the weights from the file again (from the page cache when it
+    /// still holds them). Returns the bytes released.
+    pub fn release_pages(&self) -> Result<usize> {
+        let mut n = self.embed_tokens.release_pages()? + self.norm.release_pages()?;
+        for l in &self.layers {
+            for lin in l.linears() {
+                n += lin.release_pages()?;
+            }
+            for t in [
+                &l.pre_self_attn_layernorm,
+                &l.post_self_attn_layernorm,
+                &l.pre_feedforward_layernorm,
+                &l.post_feedforward_layernorm,
+            ] {
+                n += t.release_pages()?;
+            }
+        }
+        Ok(n)
+    }
+
     /// The device the weights live on.
     pub fn device(&self) -> &Device {
         &self.device

@@ -41,6 +41,7 @@ impl BlockFormat for Q8_0 {
     const VERSION: u32 = 1;
 
     /// `d = max|x| / 127` rounded up to f16, `q = round(x / d)`.
+    #[inline(always)]
     fn quantize(x: &[f32], out: &mut BlockQ8_0) {
         let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
         let d = f16_at_least(amax / 127.0);

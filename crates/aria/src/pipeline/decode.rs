@@ -93,7 +93,8 @@ impl Finish {
             return Ok(None);
         }
         let k = end - start;
-        let a = a.contiguous()?;
+        // The decoded audio leaves the device here (the one download of a request).
+        let a = a.to_cpu()?.contiguous()?;
         let d = a.as_slice::<f32>()?;
         let mut out = Vec::with_capacity(b * ch * k);
         for r in 0..b * ch {

@@ -104,6 +104,7 @@ impl DeviceKind {
                  (or use --device cpu)",
                 d.name()
             ))),
+            DeviceKind::Wgpu => Ok(()),
             d => Err(Error::Unavailable(format!(
                 "the {} backend is built in, but the models do not run on it yet; use --device cpu",
                 d.name()
@@ -132,6 +133,17 @@ pub struct LoadOptions {
     pub precision: Option<crate::quant::WeightPrecision>,
     /// Run the `q8_0` layers W8A8 (int8 activations; needs a packed precision).
     pub w8a8: bool,
+    /// Keep every weight page resident between the stages of a request. By default a run
+    /// releases the memory-mapped pages of the weights a stage no longer needs (the text
+    /// encoder once the prompts are encoded, the DiT's context layers once it is prepared, the
+    /// DiT before decoding, the autoencoder after it; [`aria_core::Tensor::release_pages`]),
+    /// so their stages do not add up in the peak; the next request reads them back from the
+    /// page cache, at the cost of page faults.
+    pub keep_resident: bool,
+    /// Pack the autoencoder decoder's matrices as `q8_0` at load (W8A8 with
+    /// [`Self::w8a8`]); its dense pages are released. Decoding then runs on packed kernels:
+    /// less memory, not necessarily faster (measure).
+    pub quantize_decoder: bool,
 }
 
 /// The LoRA adapters of a pipeline: the stack (files and strengths) and, when an adapter
@@ -154,6 +166,9 @@ pub struct Pipeline {
     chunked_decode: bool,
     loras: Loras,
     quant: crate::quant::PackReport,
+    keep_resident: bool,
+    /// Where the models run (their weights were put there once, at load).
+    device: aria_core::Device,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -161,6 +176,16 @@ impl std::fmt::Debug for Pipeline {
         f.debug_struct("Pipeline")
             .field("dir", &self.files.dir)
             .finish_non_exhaustive()
+    }
+}
+
+/// The backend of `kind` (`None`: the CPU).
+fn open_device(kind: DeviceKind) -> Result<Option<aria_core::Device>> {
+    match kind {
+        DeviceKind::Cpu => Ok(None),
+        #[cfg(feature = "wgpu")]
+        DeviceKind::Wgpu => Ok(Some(aria_core::wgpu::WgpuBackend::new()?.device())),
+        d => d.check().map(|()| None),
     }
 }
 
@@ -196,7 +221,14 @@ impl Pipeline {
         let mut dit = Dit::load(&config.model.diffusion.config, &dit_vb.pp("model.model"))?;
         let quant =
             crate::quant::prepare_dit(&mut dit, &weights, opts.precision, prequantized, opts.w8a8)?;
-        let ae = Autoencoder::load(&ae_cfg, &weights)?;
+        if !opts.keep_resident {
+            // Loading read them (checksums of packed weights): they come back when sampling.
+            dit.release_pages()?;
+        }
+        let mut ae = Autoencoder::load(&ae_cfg, &weights)?;
+        if opts.quantize_decoder {
+            crate::quant::pack_decoder(&mut ae, opts.w8a8)?;
+        }
         let mut text = TextConditioner::load(&config, &weights)?;
         if let Some(p) = opts.text_precision {
             text.prompt_mut().encoder_mut().set_precision(p);
@@ -217,6 +249,8 @@ impl Pipeline {
             ae,
             loras: Loras::default(),
             quant,
+            keep_resident: opts.keep_resident,
+            device: aria_core::Device::Cpu,
         };
         for (path, strength) in &opts.loras {
             p.push_lora(path, *strength)?;
@@ -224,7 +258,37 @@ impl Pipeline {
         p.apply_loras().map_err(lora_err(
             opts.loras.last().map(|l| l.0.clone()).unwrap_or_default(),
         ))?;
+        p.place_on(opts.device)?;
         Ok(p)
+    }
+
+    /// Open `kind`'s backend and put the DiT, the autoencoder and (when it computes in f32)
+    /// the text encoder there, once. The text encoder's bf16 replay stays on the CPU: it
+    /// reproduces the CPU arithmetic of the reference, and its conditioning is uploaded.
+    fn place_on(&mut self, kind: DeviceKind) -> Result<()> {
+        let Some(device) = open_device(kind)? else {
+            return Ok(());
+        };
+        self.dit.to_device(&device)?;
+        self.ae.to_device(&device)?;
+        if self.text.prompt().encoder().precision() == Precision::F32 {
+            self.text.to_device(&device)?;
+        }
+        self.device = device;
+        Ok(())
+    }
+
+    /// Where the models run ([`LoadOptions::device`]).
+    pub fn device(&self) -> &aria_core::Device {
+        &self.device
+    }
+
+    /// `t` on the pipeline's device (unchanged when it is there already or on the CPU path).
+    pub(crate) fn on_device(&self, t: &Tensor) -> Result<Tensor> {
+        if self.device.is_cpu() || !t.device().is_cpu() {
+            return Ok(t.clone());
+        }
+        Ok(self.device.put(t)?)
     }
 
     /// Open a LoRA file and append it to the stack (not applied yet).
@@ -272,6 +336,14 @@ impl Pipeline {
             if let Some(nc) = self.text.number_mut(id) {
                 nc.linear_mut()
                     .set_weight(aria_core::nn::Weight::Dense(w))?;
+            }
+        }
+        if !self.device.is_cpu() {
+            // Merged weights are made on the host: put them where the models run.
+            let d = self.device.clone();
+            self.dit.to_device(&d)?;
+            if self.text.prompt().encoder().precision() == Precision::F32 {
+                self.text.to_device(&d)?;
             }
         }
         Ok(())

@@ -87,6 +87,11 @@ pub struct GenerateRequest {
     pub warm_start: Option<WarmStart>,
     /// Inpainting.
     pub inpaint: Option<Inpaint>,
+    /// Latents `[1, C, T]` of the inpainting source (e.g. an earlier generation's final
+    /// latents, shifted), used instead of encoding `inpaint.clip`: the kept regions then
+    /// continue those latents exactly and no audio is encoded. Needs `inpaint` (its ranges);
+    /// `T` = [`crate::Pipeline::lengths`]`(seconds, padding).latents`.
+    pub inpaint_latents: Option<Tensor>,
     /// Precomputed DiT conditioning (positive, negative) instead of running the text encoder
     /// (the reference's `conditioning_tensors`; the seconds token must match `seconds`).
     pub conditioning: Option<(Conditioning, Option<Conditioning>)>,
@@ -160,6 +165,7 @@ impl GenerateRequest {
             init_latents: None,
             warm_start: None,
             inpaint: None,
+            inpaint_latents: None,
             conditioning: None,
         }
     }

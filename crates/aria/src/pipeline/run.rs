@@ -69,6 +69,17 @@ impl std::fmt::Debug for RunOptions<'_> {
     }
 }
 
+impl Pipeline {
+    /// Release the mapped weight pages `f` names (bytes released), unless the pipeline keeps
+    /// its weights resident ([`super::LoadOptions::keep_resident`]).
+    fn release(&self, f: impl FnOnce(&Pipeline) -> Result<usize>) -> Result<usize> {
+        if self.keep_resident {
+            return Ok(0);
+        }
+        f(self)
+    }
+}
+
 /// Concatenate conditionings along the batch.
 fn concat_conditioning(cs: &[Conditioning]) -> Result<Conditioning> {
     let cat = |f: fn(&Conditioning) -> &Tensor| -> Result<Tensor> {
@@ -161,6 +172,11 @@ impl Pipeline {
                     w.start_step, req.steps
                 )));
             }
+        }
+        if req.inpaint_latents.is_some() && req.inpaint.is_none() {
+            return Err(Error::Input(
+                "inpainting latents were given without an inpainting request (its ranges)".into(),
+            ));
         }
         if let Some(inp) = &req.inpaint {
             if inp.ranges.is_empty() {
@@ -412,6 +428,7 @@ impl Pipeline {
             )));
         }
         timings.text = t0.elapsed();
+        self.release(|p| Ok(p.text.release_pages()?))?;
         emit(Event::TextDone)?;
 
         // Audio inputs.
@@ -426,11 +443,16 @@ impl Pipeline {
             ),
             (None, g) => g,
         };
-        let inpaint_latents = match &req.inpaint {
-            Some(inp) => Some(self.encode_prepared(&prepare(&inp.clip)?, noise)?),
-            None => None,
+        let inpaint_latents = match (&req.inpaint, &req.inpaint_latents) {
+            (Some(_), Some(l)) => Some(Tensor::from_vec(
+                check_latents(l, c, t, "inpainting latents")?,
+                &[1, c, t],
+            )?),
+            (Some(inp), None) => Some(self.encode_prepared(&prepare(&inp.clip)?, noise)?),
+            (None, _) => None,
         };
-        if req.init_audio.is_some() || req.inpaint.is_some() {
+        if req.init_audio.is_some() || (req.inpaint.is_some() && req.inpaint_latents.is_none()) {
+            self.release(|p| Ok(p.ae.release_pages()?))?;
             timings.encode = t0.elapsed();
             emit(Event::AudioEncoded)?;
         }
@@ -512,7 +534,19 @@ impl Pipeline {
             (None, None) => x_noise,
         };
 
-        // Sampling.
+        // Sampling. On a device backend the state stays there through the whole loop.
+        let x0 = self.on_device(&x0)?;
+        let local = self.on_device(&local)?;
+        let padding_mask = self.on_device(&padding_mask)?;
+        let on_cond = |c: &Conditioning| -> Result<Conditioning> {
+            Ok(Conditioning {
+                cross_attn_cond: self.on_device(&c.cross_attn_cond)?,
+                cross_attn_mask: self.on_device(&c.cross_attn_mask)?,
+                global_cond: self.on_device(&c.global_cond)?,
+            })
+        };
+        let cond = on_cond(&cond)?;
+        let neg = neg.as_ref().map(on_cond).transpose()?;
         let dcond = DitConditioning {
             cross_attn_cond: &cond.cross_attn_cond,
             global_cond: &cond.global_cond,
@@ -540,6 +574,8 @@ impl Pipeline {
                 ..Default::default()
             },
         )?;
+        // The context layers are done until the next request.
+        self.release(|p| Ok(p.dit.release_prepare_pages()?))?;
         let mut step_times = Vec::with_capacity(req.steps);
         let mut cancelled = false;
         let latents = {
@@ -574,6 +610,10 @@ impl Pipeline {
         };
         timings.steps = step_times;
         drop(model);
+        if !matches!(audio_out, AudioOutput::Skip) {
+            // Decoding does not need the DiT: its mapped pages leave before the decoder's come.
+            self.release(|p| Ok(p.dit.release_pages()?))?;
+        }
 
         // Decode, zero the padded region, clamp, crop.
         let ch = self.ae.config().audio_channels;
@@ -624,6 +664,7 @@ impl Pipeline {
                     }
                 };
                 timings.decode = t0.elapsed();
+                self.release(|p| Ok(p.ae.release_pages()?))?;
                 emit(Event::Decoded)?;
                 audio
             }
@@ -631,7 +672,7 @@ impl Pipeline {
         timings.total = t_start.elapsed();
         Ok(BatchGenerated {
             audio,
-            latents,
+            latents: latents.to_cpu()?,
             lengths: all_lengths,
             timings,
         })

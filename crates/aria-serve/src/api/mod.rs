@@ -1,0 +1,204 @@
+//! The HTTP API: routes, the JSON error shape, and the bearer-token check.
+//!
+//! Every error is `{"code": …, "error": "message", "limit": "name"?, "field": "name"?}` with
+//! a 4xx/5xx status; a refusal over a limit names the limit (a [`crate::Limits`] field name or
+//! `queue_max`).
+
+mod generate;
+mod jobs;
+mod meta;
+
+pub use meta::OPENAPI;
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use serde_json::json;
+
+use crate::state::Shared;
+
+/// An error answered to a client.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Machine-readable kind (`invalid_request`, `limit_exceeded`, `queue_full`, `not_found`,
+    /// `unauthorized`, `conflict`, `timeout`, `internal`).
+    pub code: &'static str,
+    /// What was wrong.
+    pub message: String,
+    /// The limit exceeded.
+    pub limit: Option<&'static str>,
+    /// The request field at fault.
+    pub field: Option<String>,
+    /// `Retry-After` seconds (429).
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            limit: None,
+            field: None,
+            retry_after: None,
+        }
+    }
+
+    /// 400 naming the field at fault.
+    pub fn invalid(field: &str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            field: Some(field.to_string()),
+            ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+        }
+    }
+
+    /// 400 (or 413 for sizes) naming the limit exceeded.
+    pub fn limit(limit: &'static str, message: impl Into<String>) -> ApiError {
+        let status = match limit {
+            "body_bytes" | "upload_bytes" => StatusCode::PAYLOAD_TOO_LARGE,
+            "body_timeout" | "header_timeout" => StatusCode::REQUEST_TIMEOUT,
+            _ => StatusCode::BAD_REQUEST,
+        };
+        ApiError {
+            limit: Some(limit),
+            ..ApiError::new(status, "limit_exceeded", message)
+        }
+    }
+
+    /// 404.
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    /// 409.
+    pub fn conflict(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::CONFLICT, "conflict", message)
+    }
+
+    /// 500.
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+    }
+
+    /// 503.
+    pub fn unavailable(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+    }
+}
+
+impl From<crate::ServeError> for ApiError {
+    fn from(e: crate::ServeError) -> ApiError {
+        match e {
+            crate::ServeError::QueueFull { .. } => ApiError {
+                limit: Some("queue_max"),
+                retry_after: Some(2),
+                ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, "queue_full", e.to_string())
+            },
+            e => ApiError::internal(e.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = json!({ "code": self.code, "error": self.message });
+        if let Some(l) = self.limit {
+            body["limit"] = json!(l);
+        }
+        if let Some(f) = &self.field {
+            body["field"] = json!(f);
+        }
+        let mut r = (self.status, axum::Json(body)).into_response();
+        if let Some(s) = self.retry_after {
+            if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
+                r.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"aria\""),
+            );
+        }
+        r
+    }
+}
+
+/// Run blocking store work off the async threads.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("a store task failed: {e}")))?
+}
+
+/// Equal in time independent of where they differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The token check: `Authorization: Bearer …` or `?token=…`; the page, its files and
+/// `/health` are open.
+async fn auth(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    let Some(token) = s.cfg.token.as_deref() else {
+        return next.run(req).await;
+    };
+    let path = req.uri().path();
+    if matches!(path, "/" | "/app.js" | "/style.css" | "/health") {
+        return next.run(req).await;
+    }
+    let header_ok = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| same(t.trim().as_bytes(), token.as_bytes()));
+    let query_ok = req.uri().query().is_some_and(|q| {
+        q.split('&')
+            .filter_map(|kv| kv.strip_prefix("token="))
+            .any(|t| same(t.as_bytes(), token.as_bytes()))
+    });
+    if header_ok || query_ok {
+        return next.run(req).await;
+    }
+    ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "this server requires a bearer token (Authorization: Bearer TOKEN)",
+    )
+    .into_response()
+}
+
+async fn fallback() -> ApiError {
+    ApiError::not_found("no such endpoint (see /openapi.json)")
+}
+
+/// The router of the whole API.
+pub(crate) fn router(s: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/", get(meta::index))
+        .route("/app.js", get(meta::app_js))
+        .route("/style.css", get(meta::style_css))
+        .route("/health", get(meta::health))
+        .route("/info", get(meta::info))
+        .route("/metrics", get(meta::metrics))
+        .route("/openapi.json", get(meta::openapi))
+        .route("/v1/generate", axum::routing::post(generate::generate))
+        .route("/v1/jobs", get(jobs::list))
+        .route("/v1/jobs/{id}", get(jobs::get_job).delete(jobs::cancel))
+        .route("/v1/jobs/{id}/audio", get(jobs::audio))
+        .route("/v1/jobs/{id}/waveform.png", get(jobs::waveform))
+        .route("/v1/jobs/{id}/spectrogram.png", get(jobs::spectrogram))
+        .fallback(fallback)
+        .layer(axum::middleware::from_fn_with_state(s.clone(), auth))
+        .with_state(s)
+}

@@ -1,0 +1,138 @@
+//! Counters behind `GET /metrics` (Prometheus text format 0.0.4).
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use crate::jobs::{JobState, StateCounts};
+
+/// Upper bounds (seconds) of the job latency histogram.
+pub const LATENCY_BUCKETS: [f64; 12] = [
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
+
+/// Counters of this process.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Jobs accepted.
+    pub submitted: AtomicU64,
+    /// Submits refused with 429.
+    pub rejected_full: AtomicU64,
+    /// Requests refused with another 4xx.
+    pub rejected_invalid: AtomicU64,
+    /// Batches run.
+    pub batches: AtomicU64,
+    /// Jobs run in those batches.
+    pub batch_items: AtomicU64,
+    /// Sampler steps run (per batch).
+    pub steps: AtomicU64,
+    hist: Mutex<Hist>,
+}
+
+#[derive(Debug, Default)]
+struct Hist {
+    counts: [u64; LATENCY_BUCKETS.len()],
+    total: u64,
+    sum: f64,
+    step_seconds: f64,
+    last_steps_per_s: f64,
+}
+
+impl Metrics {
+    /// Record a job's submit-to-finish latency.
+    pub fn observe_latency(&self, secs: f64) {
+        if let Ok(mut h) = self.hist.lock() {
+            for (i, b) in LATENCY_BUCKETS.iter().enumerate() {
+                if secs <= *b {
+                    h.counts[i] += 1;
+                }
+            }
+            h.total += 1;
+            h.sum += secs;
+        }
+    }
+
+    /// Record a batch of `items` that ran `steps` sampler steps in `secs`.
+    pub fn observe_batch(&self, items: usize, steps: usize, secs: f64) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.batch_items.fetch_add(items as u64, Ordering::Relaxed);
+        self.steps.fetch_add(steps as u64, Ordering::Relaxed);
+        if let Ok(mut h) = self.hist.lock() {
+            h.step_seconds += secs;
+            if secs > 0.0 {
+                h.last_steps_per_s = steps as f64 / secs;
+            }
+        }
+    }
+
+    /// The text of `GET /metrics`.
+    pub fn render(&self, counts: &StateCounts) -> String {
+        let mut s = String::new();
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let _ = writeln!(s, "# HELP aria_queue_depth Jobs waiting in the queue.");
+        let _ = writeln!(s, "# TYPE aria_queue_depth gauge");
+        let _ = writeln!(s, "aria_queue_depth {}", counts.queued);
+        let _ = writeln!(s, "# HELP aria_jobs Jobs in the store by state.");
+        let _ = writeln!(s, "# TYPE aria_jobs gauge");
+        for st in JobState::ALL {
+            let _ = writeln!(s, "aria_jobs{{state=\"{}\"}} {}", st.name(), counts.get(st));
+        }
+        for (name, help, v) in [
+            (
+                "aria_jobs_submitted_total",
+                "Jobs accepted here.",
+                load(&self.submitted),
+            ),
+            (
+                "aria_requests_rejected_queue_full_total",
+                "Submits refused with 429 (queue full).",
+                load(&self.rejected_full),
+            ),
+            (
+                "aria_requests_rejected_invalid_total",
+                "Requests refused as invalid or over a limit.",
+                load(&self.rejected_invalid),
+            ),
+            (
+                "aria_batches_total",
+                "Batches run here.",
+                load(&self.batches),
+            ),
+            (
+                "aria_batch_items_total",
+                "Jobs run in those batches.",
+                load(&self.batch_items),
+            ),
+            (
+                "aria_steps_total",
+                "Sampler steps run (per batch).",
+                load(&self.steps),
+            ),
+        ] {
+            let _ = writeln!(s, "# HELP {name} {help}");
+            let _ = writeln!(s, "# TYPE {name} counter");
+            let _ = writeln!(s, "{name} {v}");
+        }
+        if let Ok(h) = self.hist.lock() {
+            let _ = writeln!(s, "# HELP aria_step_seconds_total Time spent in batches.");
+            let _ = writeln!(s, "# TYPE aria_step_seconds_total counter");
+            let _ = writeln!(s, "aria_step_seconds_total {}", h.step_seconds);
+            let _ = writeln!(
+                s,
+                "# HELP aria_steps_per_second Steps per second of the last batch."
+            );
+            let _ = writeln!(s, "# TYPE aria_steps_per_second gauge");
+            let _ = writeln!(s, "aria_steps_per_second {}", h.last_steps_per_s);
+            let name = "aria_job_latency_seconds";
+            let _ = writeln!(s, "# HELP {name} Submit-to-finish time of finished jobs.");
+            let _ = writeln!(s, "# TYPE {name} histogram");
+            for (b, c) in LATENCY_BUCKETS.iter().zip(h.counts) {
+                let _ = writeln!(s, "{name}_bucket{{le=\"{b}\"}} {c}");
+            }
+            let _ = writeln!(s, "{name}_bucket{{le=\"+Inf\"}} {}", h.total);
+            let _ = writeln!(s, "{name}_sum {}", h.sum);
+            let _ = writeln!(s, "{name}_count {}", h.total);
+        }
+        s
+    }
+}

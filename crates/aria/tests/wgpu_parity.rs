@@ -1,0 +1,330 @@
+//! The fixture groups replayed on the wgpu backend against the recorded reference, 1e-4
+//! relative (max |Δ| / max |ref|, f32): the DiT forward (small and medium structure, padding
+//! masks, batch of two), the 8-step ping-pong sample, the SAME-S and SAME-L decoders, the
+//! T5Gemma encoder computing in f32, and `e2e.safetensors` through [`Pipeline`] with
+//! `DeviceKind::Wgpu`. Weights are put on the device once; every input goes there before the
+//! run and only the result comes back.
+//!
+//! Skips (with a message) without an adapter or without the fixtures, except under `CI=true`
+//! where a missing adapter fails.
+#![cfg(feature = "wgpu")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use aria::discover::{resolve_model, SearchPaths};
+use aria::pipeline::{DeviceKind, GenerateRequest, LoadOptions, Pipeline};
+use aria::ReplayNoise as PipelineNoise;
+use aria_codec::{Autoencoder, AutoencoderConfig, NoiseSource, ReplayNoise as CodecNoise};
+use aria_core::wgpu::WgpuBackend;
+use aria_core::{DType, Device, Tensor, WeightLoader};
+use aria_dit::config::ModelConfig;
+use aria_dit::dit::{Dit, DitConditioning};
+use aria_dit::sampler::{
+    sample, Guidance, GuidedDit, GuidedOptions, ReplayNoise, SampleOptions, SamplerKind, Schedule,
+};
+use aria_dit::t5gemma::{Precision, T5GemmaEncoder};
+use aria_testing::fixtures::{fixture, fixture_tensors, rel_err};
+
+const TOL: f32 = 1e-4;
+
+fn backend() -> Option<Device> {
+    wgpu_backend().map(|b| b.device())
+}
+
+fn wgpu_backend() -> Option<WgpuBackend> {
+    match WgpuBackend::new() {
+        Ok(b) => {
+            eprintln!("wgpu adapter: {}", b.adapter_name());
+            Some(b)
+        }
+        Err(e) => {
+            let ci = std::env::var("CI").map(|v| v == "true").unwrap_or(false);
+            assert!(!ci, "no wgpu adapter under CI=true: {e}");
+            eprintln!("SKIPPED: no wgpu adapter ({e})");
+            None
+        }
+    }
+}
+
+fn tensors(rel: &str) -> Option<WeightLoader> {
+    fixture_tensors(rel).map(|r| r.unwrap())
+}
+
+fn get(w: &WeightLoader, name: &str) -> Tensor {
+    w.get_any(name).unwrap().to_dtype(DType::F32).unwrap()
+}
+
+fn try_get(w: &WeightLoader, name: &str) -> Option<Tensor> {
+    w.contains(name).then(|| get(w, name))
+}
+
+/// The reference: `out64.<key>` when recorded, else `out.<key>`.
+fn reference(w: &WeightLoader, key: &str) -> Tensor {
+    try_get(w, &format!("out64.{key}")).unwrap_or_else(|| get(w, &format!("out.{key}")))
+}
+
+/// Compare a device result with the reference; returns the error.
+fn check(what: &str, got: &Tensor, want: &Tensor) -> f32 {
+    assert!(
+        !got.device().is_cpu(),
+        "{what}: the result must come from the device"
+    );
+    let got = got.to_cpu().unwrap();
+    assert_eq!(got.shape(), want.shape(), "{what}: shape");
+    let e = rel_err(&got.to_vec_f32().unwrap(), &want.to_vec_f32().unwrap());
+    eprintln!("{what}: relative error {e:.2e}");
+    assert!(e <= TOL, "{what}: relative error {e:.3e} > {TOL:.0e}");
+    e
+}
+
+fn load_dit(folder: &str, dev: &Device) -> Option<Dit> {
+    let cfg = ModelConfig::from_file(fixture(&format!("{folder}/model_config.json"))?).unwrap();
+    let loader =
+        WeightLoader::open_checkpoint(fixture(&format!("{folder}/model.safetensors"))?).unwrap();
+    let mut dit = Dit::load(&cfg.model.diffusion.config, &loader.pp("model.model")).unwrap();
+    dit.to_device(dev).unwrap();
+    Some(dit)
+}
+
+#[test]
+fn dit_forward_on_wgpu() {
+    let Some(dev) = backend() else { return };
+    let put = |t: Tensor| dev.put(&t).unwrap();
+    for (folder, file, groups) in [
+        ("sa3-tiny", "dit_forward.safetensors", ["dit_a", "dit_b"]),
+        (
+            "sa3-tiny-medium",
+            "dit_forward.safetensors",
+            ["dit_a", "dit_b"],
+        ),
+        (
+            "sa3-tiny-extra",
+            "dit_extra.safetensors",
+            ["dit_pad", "dit_b2"],
+        ),
+        (
+            "sa3-tiny-medium",
+            "dit_extra.safetensors",
+            ["dit_pad", "dit_b2"],
+        ),
+    ] {
+        let (Some(dit), Some(w)) = (load_dit(folder, &dev), tensors(&format!("{folder}/{file}")))
+        else {
+            eprintln!("SKIPPED: fixtures absent");
+            return;
+        };
+        for g in groups {
+            let i = |n: &str| format!("in.{g}.{n}");
+            let v = dit
+                .forward(
+                    &put(get(&w, &i("x"))),
+                    &put(get(&w, &i("t"))),
+                    &put(get(&w, &i("cross_attn_cond"))),
+                    &put(get(&w, &i("global_cond"))),
+                    try_get(&w, &i("local_add_cond")).map(put).as_ref(),
+                    try_get(&w, &i("padding_mask")).map(put).as_ref(),
+                )
+                .unwrap();
+            check(
+                &format!("{folder} {g}.v"),
+                &v,
+                &reference(&w, &format!("{g}.v")),
+            );
+        }
+    }
+}
+
+/// The 8-step ping-pong sample of `folder`'s fixture with every input on `dev`: the final
+/// latents (still on `dev`) and the sampler's wall time.
+fn run_sample(dit: &Dit, w: &WeightLoader, dev: &Device) -> (Tensor, std::time::Duration) {
+    let put = |t: Tensor| dev.put(&t).unwrap();
+    let s = |n: &str| get(w, &format!("in.sampler.{n}"));
+    let (cross, global, local, mask) = (
+        put(s("cond.cross_attn_cond")),
+        put(s("cond.global_cond")),
+        put(s("cond.local_add_cond")),
+        put(s("padding_mask")),
+    );
+    let draws = (0..8).map(|i| put(s(&format!("step_noise_{i}")))).collect();
+    let cond = DitConditioning {
+        cross_attn_cond: &cross,
+        global_cond: &global,
+        local_add_cond: Some(&local),
+    };
+    let opts = GuidedOptions {
+        guidance: Guidance::default(),
+        ..Default::default()
+    };
+    let model = GuidedDit::new(dit, &cond, None, Some(&mask), opts).unwrap();
+    let mut noise = ReplayNoise::new(draws);
+    let x = put(s("init_noise"));
+    let sched = Schedule::from_values(s("sigmas").to_vec_f32().unwrap()).unwrap();
+    let t0 = std::time::Instant::now();
+    let fin = sample(
+        &model,
+        SamplerKind::PingPong,
+        x,
+        &sched,
+        &mut noise,
+        SampleOptions::default(),
+    )
+    .unwrap();
+    (fin, t0.elapsed())
+}
+
+#[test]
+fn eight_step_sample_on_wgpu() {
+    let Some(be) = wgpu_backend() else { return };
+    let dev = be.device();
+    for folder in ["sa3-tiny", "sa3-tiny-medium"] {
+        let (Some(dit), Some(w)) = (
+            load_dit(folder, &dev),
+            tensors(&format!("{folder}/sampler.safetensors")),
+        ) else {
+            eprintln!("SKIPPED: fixtures absent");
+            return;
+        };
+        let (up0, down0) = be.transfers();
+        let (fin, gpu_time) = run_sample(&dit, &w, &dev);
+        // The whole denoising loop stays on the device: no download at all (the result is
+        // read only below); the uploads are the inputs put there before the loop.
+        let (up1, down1) = be.transfers();
+        eprintln!(
+            "{folder}: 8 steps on wgpu with {} uploads and {} downloads",
+            up1 - up0,
+            down1 - down0
+        );
+        assert_eq!(down1, down0, "{folder}: the sampler read device data back");
+        check(
+            &format!("{folder} sampler final"),
+            &fin,
+            &reference(&w, "sampler.final"),
+        );
+        // A sanity ratio only: lavapipe runs the shaders on the CPU.
+        if let Some(cpu_dit) = load_dit(folder, &Device::Cpu) {
+            let (_, cpu_time) = run_sample(&cpu_dit, &w, &Device::Cpu);
+            eprintln!(
+                "{folder}: 8 steps {:.1} ms on {} vs {:.1} ms on the CPU backend (ratio {:.1}; \
+                 not a GPU timing)",
+                gpu_time.as_secs_f64() * 1e3,
+                be.adapter_name(),
+                cpu_time.as_secs_f64() * 1e3,
+                gpu_time.as_secs_f64() / cpu_time.as_secs_f64().max(1e-9)
+            );
+        }
+    }
+}
+
+fn load_ae(folder: &str, dev: &Device) -> Option<Autoencoder> {
+    let cfg =
+        AutoencoderConfig::from_model_config(fixture(&format!("{folder}/model_config.json"))?)
+            .unwrap();
+    let loader = WeightLoader::open(&[fixture(&format!("{folder}/model.safetensors"))?]).unwrap();
+    let mut ae = Autoencoder::load(&cfg, &loader).unwrap();
+    ae.to_device(dev).unwrap();
+    Some(ae)
+}
+
+#[test]
+fn same_decoders_on_wgpu() {
+    let Some(dev) = backend() else { return };
+    // sa3-tiny: SAME-S (chunked attention, midpoint shift); sa3-tiny-medium: SAME-L (±17 band).
+    for folder in ["sa3-tiny", "sa3-tiny-medium"] {
+        let (Some(ae), Some(w)) = (
+            load_ae(folder, &dev),
+            tensors(&format!("{folder}/same_decode.safetensors")),
+        ) else {
+            eprintln!("SKIPPED: fixtures absent");
+            return;
+        };
+        for g in ["dec_even", "dec_odd"] {
+            let z = dev.put(&get(&w, &format!("in.{g}.latents"))).unwrap();
+            let audio = ae.decode(&z, None).unwrap();
+            check(
+                &format!("{folder} {g} audio"),
+                &audio,
+                &reference(&w, &format!("{g}.audio")),
+            );
+        }
+        // With the stochastic terms on, their recorded draws injected.
+        let z = dev.put(&get(&w, "in.dec_even.latents")).unwrap();
+        let mut noise = CodecNoise::new(vec![
+            dev.put(&get(&w, "in.dec_noise.draw_0")).unwrap(),
+            dev.put(&get(&w, "in.dec_noise.draw_1")).unwrap(),
+        ]);
+        let audio = ae
+            .decode(&z, Some(&mut noise as &mut dyn NoiseSource))
+            .unwrap();
+        check(
+            &format!("{folder} dec_noise audio"),
+            &audio,
+            &reference(&w, "dec_noise.audio"),
+        );
+    }
+}
+
+#[test]
+fn t5gemma_f32_on_wgpu() {
+    let Some(dev) = backend() else { return };
+    for folder in ["sa3-tiny", "sa3-tiny-medium"] {
+        let (Some(dir), Some(w)) = (
+            fixture(&format!("{folder}/t5gemma-b-b-ul2")),
+            tensors(&format!("{folder}/text.safetensors")),
+        ) else {
+            eprintln!("SKIPPED: fixtures absent");
+            return;
+        };
+        let mut enc = T5GemmaEncoder::load(dir).unwrap();
+        enc.set_precision(Precision::F32);
+        enc.to_device(&dev).unwrap();
+        let ids = w.get_any("input_ids").unwrap();
+        let mask = w.get_any("attention_mask").unwrap();
+        let h = enc.forward(&ids, &mask).unwrap();
+        check(
+            &format!("{folder} t5_last_hidden (f32)"),
+            &h,
+            &get(&w, "t5_last_hidden.fp32_sdpa"),
+        );
+    }
+}
+
+#[test]
+fn e2e_pipeline_on_wgpu() {
+    if backend().is_none() {
+        return;
+    }
+    for folder in ["sa3-tiny", "sa3-tiny-medium"] {
+        let (Some(dir), Some(file)) = (
+            fixture(folder),
+            fixture(&format!("{folder}/e2e.safetensors")),
+        ) else {
+            eprintln!("SKIPPED: fixtures absent");
+            return;
+        };
+        let files = resolve_model(&dir.display().to_string(), &SearchPaths::default()).unwrap();
+        let opts = LoadOptions {
+            device: DeviceKind::Wgpu,
+            ..Default::default()
+        };
+        let pipe = Pipeline::load(&files, &opts).unwrap();
+        assert!(!pipe.device().is_cpu());
+        let mut req = GenerateRequest::new("warm ambient pad", 0.1);
+        req.duration_padding_sec = 0.1;
+        let mut noise = PipelineNoise::open(&file, "").unwrap();
+        let out = pipe
+            .generate(&req, &mut noise, &mut |_| {
+                std::ops::ControlFlow::Continue(())
+            })
+            .unwrap();
+        assert_eq!(noise.remaining(), 0, "every recorded draw is consumed");
+        let w = WeightLoader::open(&[&file]).unwrap();
+        for (what, got, want) in [
+            ("latents", out.latents.clone(), get(&w, "latents")),
+            ("audio", out.audio.unsqueeze(0).unwrap(), get(&w, "audio")),
+        ] {
+            assert_eq!(got.shape(), want.shape(), "{folder} e2e {what}");
+            let e = rel_err(&got.to_vec_f32().unwrap(), &want.to_vec_f32().unwrap());
+            eprintln!("{folder} e2e {what}: relative error {e:.2e}");
+            assert!(e <= TOL, "{folder} e2e {what}: relative error {e:.3e}");
+        }
+    }
+}

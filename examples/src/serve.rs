@@ -1,0 +1,109 @@
+//! `aria serve`: the model resident behind an HTTP API and a web page (`aria-serve`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use aria::{Error, LoadOptions, Result};
+use aria_serve::{ModelSource, ServeConfig, StoreSpec};
+use clap::Args;
+
+use crate::Ctx;
+
+/// `aria serve`.
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Model folder or name ("demo-tiny": the random-weight demo model).
+    #[arg(long, short, default_value = "demo-tiny")]
+    pub model: String,
+    /// Address to listen on; anything but loopback needs --token.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub bind: SocketAddr,
+    /// Bearer token the API requires (default: the ARIA_SERVE_TOKEN environment variable).
+    #[arg(long)]
+    pub token: Option<String>,
+    /// Most queued jobs (beyond: 429 with Retry-After).
+    #[arg(long, default_value_t = 64)]
+    pub queue: usize,
+    /// Most jobs run together as one batch.
+    #[arg(long, default_value_t = 4)]
+    pub max_batch: usize,
+    /// Job store: a SQLite file or a postgres:// URL (default: jobs.sqlite in --results).
+    #[arg(long, value_name = "PATH|URL")]
+    pub store: Option<String>,
+    /// Results directory (WAV files and uploads), shared by the workers of one host.
+    #[arg(long, default_value = "aria-results")]
+    pub results: PathBuf,
+    /// Folder of allow-listed LoRA files.
+    #[arg(long)]
+    pub lora_dir: Option<PathBuf>,
+    /// Folder of allow-listed steering direction files.
+    #[arg(long)]
+    pub steer_dir: Option<PathBuf>,
+    /// Refuse uploaded direction files (only --steer-dir ones).
+    #[arg(long)]
+    pub no_steer_uploads: bool,
+    /// Warm-start cache store (a folder, .sqlite file or URL); enables `warm_start`.
+    #[arg(long, value_name = "DIR|URL")]
+    pub cache: Option<String>,
+    /// This worker's id in the store (distinct for processes sharing one).
+    #[arg(long, default_value = "local")]
+    pub worker_id: String,
+    /// Seconds running jobs may take to finish on shutdown before they are handed back.
+    #[arg(long, default_value_t = 30.0)]
+    pub drain: f64,
+}
+
+/// `aria serve`.
+pub fn run(a: &ServeArgs, cx: &Ctx) -> Result<()> {
+    let serve_err = |e: aria_serve::ServeError| Error::Config(format!("serve: {e}"));
+    let model = if a.model == "demo-tiny" {
+        ModelSource::DemoTiny(crate::demo_dir())
+    } else {
+        ModelSource::Spec(a.model.clone())
+    };
+    let store = match &a.store {
+        Some(s) => StoreSpec::Custom(aria_serve::jobs::open_store(s).map_err(serve_err)?),
+        None => StoreSpec::Sqlite(a.results.join("jobs.sqlite")),
+    };
+    if !(a.drain.is_finite() && a.drain >= 0.0) {
+        return Err(Error::Input(format!(
+            "--drain must be >= 0, got {}",
+            a.drain
+        )));
+    }
+    let cfg = ServeConfig {
+        model,
+        load: LoadOptions {
+            device: cx.device,
+            ..Default::default()
+        },
+        bind: a.bind,
+        token: a
+            .token
+            .clone()
+            .or_else(|| std::env::var("ARIA_SERVE_TOKEN").ok()),
+        queue_max: a.queue,
+        max_batch: a.max_batch,
+        store,
+        results_dir: a.results.clone(),
+        lora_dir: a.lora_dir.clone(),
+        steer_dir: a.steer_dir.clone(),
+        steer_uploads: !a.no_steer_uploads,
+        cache: a.cache.clone(),
+        worker_id: a.worker_id.clone(),
+        drain_timeout: Duration::from_secs_f64(a.drain),
+        handle_signals: true,
+        ..ServeConfig::demo(&a.results)
+    };
+    let quiet = cx.ui.quiet;
+    let json = cx.json;
+    aria_serve::serve_blocking(cfg, |addr| {
+        if json {
+            crate::print_json(&serde_json::json!({ "command": "serve", "addr": addr.to_string() }));
+        } else if !quiet {
+            eprintln!("aria serve: listening on http://{addr} (Ctrl-C stops)");
+        }
+    })
+    .map_err(serve_err)
+}
