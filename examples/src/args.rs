@@ -106,9 +106,10 @@ impl From<Sampler> for SamplerKind {
 /// `--text-precision`.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum TextPrecision {
-    /// The official bf16 arithmetic (reproduces its conditioning bit for bit).
+    /// A replay of the official bf16 arithmetic as PyTorch computes it on AVX2 CPUs
+    /// (reproduces its conditioning bit for bit there).
     Bf16,
-    /// f32 arithmetic (closer to exact).
+    /// f32 arithmetic (the default: faster and closer to exact).
     F32,
 }
 
@@ -258,7 +259,7 @@ pub struct GenerateArgs {
     /// Write 16-bit PCM instead of 32-bit float (FLAC: 16 instead of 24 bits).
     #[arg(long)]
     pub pcm16: bool,
-    /// Text-encoder arithmetic (default: what the model folder asks for).
+    /// Text-encoder arithmetic (default: f32).
     #[arg(long, value_enum)]
     pub text_precision: Option<TextPrecision>,
     #[command(flatten)]

@@ -52,6 +52,17 @@ pub struct ServeArgs {
     /// Seconds running jobs may take to finish on shutdown before they are handed back.
     #[arg(long, default_value_t = 30.0)]
     pub drain: f64,
+    /// Lease of a claimed job in seconds (renewed every third of it): how long the other
+    /// workers wait before retrying the jobs of a worker that died.
+    #[arg(long, default_value_t = 30.0)]
+    pub lease: f64,
+    /// How many times a job is claimed before a lost lease fails it.
+    #[arg(long, default_value_t = 3)]
+    pub max_attempts: u32,
+    /// A pause after every sampler step, in milliseconds: makes the model look slower than
+    /// it is (rehearsals with the demo model).
+    #[arg(long, hide = true)]
+    pub throttle_ms: Option<u64>,
 }
 
 /// `aria serve`.
@@ -71,6 +82,15 @@ pub fn run(a: &ServeArgs, cx: &Ctx) -> Result<()> {
             "--drain must be >= 0, got {}",
             a.drain
         )));
+    }
+    if !(a.lease.is_finite() && a.lease >= 0.3) {
+        return Err(Error::Input(format!(
+            "--lease must be at least 0.3 s, got {}",
+            a.lease
+        )));
+    }
+    if a.max_attempts == 0 {
+        return Err(Error::Input("--max-attempts must be at least 1".into()));
     }
     let cfg = ServeConfig {
         model,
@@ -93,6 +113,9 @@ pub fn run(a: &ServeArgs, cx: &Ctx) -> Result<()> {
         cache: a.cache.clone(),
         worker_id: a.worker_id.clone(),
         drain_timeout: Duration::from_secs_f64(a.drain),
+        lease: Duration::from_secs_f64(a.lease),
+        max_attempts: a.max_attempts,
+        throttle: a.throttle_ms.map(Duration::from_millis),
         handle_signals: true,
         ..ServeConfig::demo(&a.results)
     };

@@ -339,7 +339,7 @@ fn lora_that_does_not_fit() {
     );
 }
 
-/// `--text-precision`: the folder's bf16 text encoder is the default; f32 gives other latents.
+/// `--text-precision`: f32 is the default; the bf16 replay gives other latents.
 #[test]
 fn text_precision_flag() {
     let d = tmp("precision");
@@ -365,8 +365,8 @@ fn text_precision_flag() {
     let default = run(&[], &p("d.safetensors"));
     let bf16 = run(&["--text-precision", "bf16"], &p("b.safetensors"));
     let f32 = run(&["--text-precision", "f32"], &p("f.safetensors"));
-    assert_eq!(default, bf16);
-    assert_ne!(default, f32);
+    assert_eq!(default, f32);
+    assert_ne!(default, bf16);
     let out = aria(&gen_args(m, &p("o.wav"), &["--text-precision", "f16"]), &d);
     assert!(!out.status.success());
 }

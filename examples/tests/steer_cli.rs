@@ -21,8 +21,12 @@ fn tmp(name: &str) -> PathBuf {
     d
 }
 
-/// A tiny random model folder (`seed` picks the weights).
+/// A tiny random model folder (`seed` picks the weights). The tests of this file run in
+/// parallel threads and share folders, so writing one is serialised: a second caller must not
+/// see a half-written `model.safetensors`.
 fn model(seed: u64) -> PathBuf {
+    static WRITING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = WRITING.lock().unwrap_or_else(|e| e.into_inner());
     let d = tmp(&format!("model{seed}"));
     if !d.join("model.safetensors").is_file() {
         synth::write_model(
@@ -84,6 +88,48 @@ fn generate(m: &Path, out: &Path, extra: &[&str]) -> Output {
         out.to_str().unwrap(),
     ];
     v.extend_from_slice(&RUN);
+    v.extend_from_slice(extra);
+    aria(&v)
+}
+
+/// A quick `aria generate` of prompt `x` (1 s, 2 steps, seed 1) into `out`, `extra` after.
+fn quick_generate(m: &Path, out: &Path, extra: &[&str]) -> Output {
+    let mut v = vec![
+        "generate",
+        "--model",
+        m.to_str().unwrap(),
+        "-p",
+        "x",
+        "--seconds",
+        "1",
+        "--steps",
+        "2",
+        "--seed",
+        "1",
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    v.extend_from_slice(extra);
+    aria(&v)
+}
+
+/// `aria steer extract` from the prompt sets `pos` and `neg` at `blocks` into `out`, `extra`
+/// after.
+fn extract(m: &Path, pos: &Path, neg: &Path, blocks: &str, out: &Path, extra: &[&str]) -> Output {
+    let mut v = vec![
+        "steer",
+        "extract",
+        "--model",
+        m.to_str().unwrap(),
+        "--pos",
+        pos.to_str().unwrap(),
+        "--neg",
+        neg.to_str().unwrap(),
+        "--blocks",
+        blocks,
+        "-o",
+        out.to_str().unwrap(),
+    ];
     v.extend_from_slice(extra);
     aria(&v)
 }
@@ -170,25 +216,16 @@ fn strength_zero_and_out_of_span_give_identical_wav_bytes() {
         assert_ne!(std::fs::read(&p).unwrap(), base_bytes, "{spec}: unchanged");
     }
     // The steerings are reported in order.
-    let err = ok(&aria(&[
-        "generate",
-        "--model",
-        m.to_str().unwrap(),
-        "-p",
-        "x",
-        "--seconds",
-        "1",
-        "--steps",
-        "2",
-        "--seed",
-        "1",
-        "-o",
-        p.to_str().unwrap(),
-        "--steer",
-        &format!("{ds}:block=1:strength=0.2"),
-        "--steer",
-        &format!("{ds}:block=0:op=project:strength=1"),
-    ]));
+    let err = ok(&quick_generate(
+        &m,
+        &p,
+        &[
+            "--steer",
+            &format!("{ds}:block=1:strength=0.2"),
+            "--steer",
+            &format!("{ds}:block=0:op=project:strength=1"),
+        ],
+    ));
     let a = err.find("steering 1: residual block 1 add").unwrap();
     let b = err.find("steering 2: residual block 0 project").unwrap();
     assert!(a < b, "{err}");
@@ -240,24 +277,9 @@ fn extract_writes_a_checked_direction_file() {
     )
     .unwrap();
     let out = d.join("bright.safetensors");
-    let mut v = vec![
-        "steer",
-        "extract",
-        "--model",
-        m.to_str().unwrap(),
-        "--pos",
-        pos.to_str().unwrap(),
-        "--neg",
-        neg.to_str().unwrap(),
-        "--blocks",
-        "0,1",
-        "--folds",
-        "2",
-        "-o",
-        out.to_str().unwrap(),
-    ];
-    v.extend_from_slice(&RUN);
-    let err = ok(&aria(&v));
+    let mut extra = vec!["--folds", "2"];
+    extra.extend_from_slice(&RUN);
+    let err = ok(&extract(&m, &pos, &neg, "0,1", &out, &extra));
     assert!(err.contains("separability per block"), "{err}");
     assert!(
         err.contains("block  0") && err.contains("block  1"),
@@ -292,43 +314,9 @@ fn extract_writes_a_checked_direction_file() {
     // Against another model: a one-line error naming it; --force uses it anyway.
     let w = d.join("o.wav");
     let spec = format!("{}:strength=0.1", out.display());
-    let o = aria(&[
-        "generate",
-        "--quiet",
-        "--model",
-        other.to_str().unwrap(),
-        "-p",
-        "x",
-        "--seconds",
-        "1",
-        "--steps",
-        "2",
-        "--seed",
-        "1",
-        "-o",
-        w.to_str().unwrap(),
-        "--steer",
-        &spec,
-    ]);
+    let o = quick_generate(&other, &w, &["--quiet", "--steer", &spec]);
     one_line_error(&o, "extracted from another model");
-    let o = aria(&[
-        "generate",
-        "--model",
-        other.to_str().unwrap(),
-        "-p",
-        "x",
-        "--seconds",
-        "1",
-        "--steps",
-        "2",
-        "--seed",
-        "1",
-        "-o",
-        w.to_str().unwrap(),
-        "--steer",
-        &spec,
-        "--force",
-    ]);
+    let o = quick_generate(&other, &w, &["--steer", &spec, "--force"]);
     let err = ok(&o);
     assert!(err.contains("--force"), "the override is reported: {err}");
 
@@ -367,20 +355,7 @@ fn extract_writes_a_checked_direction_file() {
 
     // Bad inputs.
     one_line_error(
-        &aria(&[
-            "steer",
-            "extract",
-            "--model",
-            m.to_str().unwrap(),
-            "--pos",
-            pos.to_str().unwrap(),
-            "--neg",
-            neg.to_str().unwrap(),
-            "--blocks",
-            "9",
-            "-o",
-            out.to_str().unwrap(),
-        ]),
+        &extract(&m, &pos, &neg, "9", &out, &[]),
         "block 9 does not exist",
     );
 }

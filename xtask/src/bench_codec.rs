@@ -140,6 +140,20 @@ fn write_weights(dir: &Path) -> Result<PathBuf, String> {
     Ok(path)
 }
 
+/// Floating-point operations (2 per multiply-add) of the matrix products of one whole decode of
+/// `t` latents: the input projection, 6 blocks (QKV of the differential attention, output, GLU
+/// feed-forward; the 3 blocks after the midpoint shift see one extra chunk), the mapping conv.
+/// Attention and the elementwise ops are under 1 % of this and left out.
+fn decode_gflop(t: usize) -> f64 {
+    let tp = t.div_ceil(2) * 2;
+    let tokens = (tp * 17) as f64;
+    let per_token_block = (D * 5 * D + D * D + D * 6 * D + 3 * D * D) as f64;
+    let blocks = (DEPTH / 2) as f64 * tokens + (DEPTH - DEPTH / 2) as f64 * (tokens + 34.0);
+    let mapping = (tp * 16 * FEATS * 3 * D) as f64;
+    let input = (t * LATENT * D) as f64;
+    2.0 * (blocks * per_token_block + mapping + input) / 1e9
+}
+
 fn peak_rss_mib() -> f64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     s.lines()
@@ -227,7 +241,7 @@ fn child(args: &[String]) -> Result<(), String> {
 
 /// `(median wall seconds, peak RSS MiB, median CPU seconds)` of one child run.
 fn measure(dir: &Path, mode: &str, t: usize, reps: usize) -> Result<(f64, f64, f64), String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let exe = crate::self_exe().map_err(|e| e.to_string())?;
     let out = Command::new(exe)
         .args([
             "bench",
@@ -316,6 +330,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
             "{:>6} {:>5} {:>10} {:>9} {:>9} {:>10} {:>9}",
             "audio", "T", "mode", "wall s", "cpu s", "peak MiB", "vs whole"
         );
+        // One core's FMA peak on its own CPU time, so that a loaded machine does not lower it;
+        // set against the decode's GFLOP per CPU-second it says how close the whole decode runs
+        // to the machine's limit (CPU time counts only the time the decode was on a core).
+        let peak1 = crate::bench_core::peak_gflops(1);
+        let mut eff = Vec::new();
         for &secs in &durations {
             let t = latents_for(secs);
             let (whole, wm, wc) = measure(&dir, "whole", t, reps)?;
@@ -323,12 +342,26 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 "{secs:>5}s {t:>5} {:>10} {whole:>9.3} {wc:>9.3} {wm:>10.0} {:>9}",
                 "whole", "1.00"
             );
+            eff.push((secs, decode_gflop(t), wc));
             for mode in ["chunked", "windowed", "streaming"] {
                 let (s, m, c) = measure(&dir, mode, t, reps)?;
                 println!(
                     "{secs:>5}s {t:>5} {mode:>10} {s:>9.3} {c:>9.3} {m:>10.0} {:>9.2}",
                     s / whole
                 );
+            }
+        }
+        for (secs, gf, cpu) in eff {
+            let rate = gf / cpu;
+            match peak1 {
+                Some(p) => println!(
+                    "whole {secs}s: {gf:.1} GFLOP of matrix products, {rate:.1} GFLOP per CPU-second \
+                     = {:.0} % of one core's FMA peak ({p:.1} GFLOP/s)",
+                    100.0 * rate / p
+                ),
+                None => println!(
+                    "whole {secs}s: {gf:.1} GFLOP of matrix products, {rate:.1} GFLOP per CPU-second"
+                ),
             }
         }
         if !skip_mem {

@@ -10,7 +10,9 @@
 //! of `bench core`: 512-bit where AVX-512F exists, so it can be far above the nominal), and the ratio of a run with a no-op activation
 //! hook at every site to the run without hooks (measured interleaved in the same repetitions).
 //!
-//! Options: `--reps N` (default 3), `--threads N` (default 2), `--lengths a,b` (default 174,388).
+//! Options: `--reps N` (default 3), `--threads N` (default 2), `--lengths a,b` (default 174,388),
+//! `--prepack` (keep the step layers' weights packed between products, a full f32 copy of
+//! them, instead of packing them in every product; to measure what keeping them saves).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -28,6 +30,7 @@ struct Opts {
     reps: usize,
     threads: usize,
     lengths: Vec<usize>,
+    prepack: bool,
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
@@ -35,6 +38,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         reps: 3,
         threads: 2,
         lengths: vec![174, 388],
+        prepack: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -48,9 +52,10 @@ fn parse(args: &[String]) -> Result<Opts, String> {
                     .map(|s| s.parse::<usize>().map_err(|e| format!("--lengths: {e}")))
                     .collect::<Result<_, _>>()?
             }
+            "--prepack" => o.prepack = true,
             other => {
                 return Err(format!(
-                    "unknown option `{other}` (--reps N, --threads N, --lengths a,b)"
+                    "unknown option `{other}` (--reps N, --threads N, --lengths a,b, --prepack)"
                 ))
             }
         }
@@ -264,7 +269,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
 fn bench(o: &Opts, cfg: &DitConfig, path: &Path) -> Result<(), String> {
     let e = |x: aria_dit::DitError| x.to_string();
     let loader = WeightLoader::open_checkpoint(path).map_err(|x| x.to_string())?;
-    let dit = Dit::load(cfg, &loader.pp("model.model")).map_err(e)?;
+    let mut dit = Dit::load(cfg, &loader.pp("model.model")).map_err(e)?;
+    dit.set_prepack(o.prepack);
     threads::set_num_threads(o.threads).map_err(|x| x.to_string())?;
     let peak = PEAK_PER_CORE * o.threads as f64;
     // The widest FMA loop this machine runs (512-bit where AVX-512F exists), best of three.
@@ -272,7 +278,12 @@ fn bench(o: &Opts, cfg: &DitConfig, path: &Path) -> Result<(), String> {
         .filter_map(|_| crate::bench_core::peak_gflops(o.threads))
         .reduce(f64::max);
     println!(
-        "DiT forward, small-music shapes (E 1024, 20 layers, 16 heads, FF 4096, 64 memory tokens), f32 weights memory-mapped, {} threads, median of {} reps; nominal peak {peak:.0} GFLOP/s, measured FMA peak {} GFLOP/s",
+        "DiT forward, small-music shapes (E 1024, 20 layers, 16 heads, FF 4096, 64 memory tokens), f32 weights memory-mapped ({}), {} threads, median of {} reps; nominal peak {peak:.0} GFLOP/s, measured FMA peak {} GFLOP/s",
+        if o.prepack {
+            "step layers kept packed"
+        } else {
+            "packed in every product"
+        },
         o.threads,
         o.reps,
         measured.map_or("n/a".to_string(), |m| format!("{m:.0}"))

@@ -43,16 +43,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         };
         match a.as_str() {
             "--model" => o.model = Some(PathBuf::from(val("--model")?)),
-            "--seconds" => {
-                o.seconds = val("--seconds")?
-                    .split(',')
-                    .map(|s| {
-                        s.trim()
-                            .parse::<f64>()
-                            .map_err(|_| format!("bad --seconds `{s}`"))
-                    })
-                    .collect::<Result<_, _>>()?
-            }
+            "--seconds" => o.seconds = seconds_list(&val("--seconds")?)?,
             "--reps" => {
                 o.reps = val("--reps")?
                     .parse()
@@ -69,8 +60,19 @@ fn parse(args: &[String]) -> Result<Opts, String> {
     Ok(o)
 }
 
+/// A `--seconds a,b,…` list.
+pub(crate) fn seconds_list(v: &str) -> Result<Vec<f64>, String> {
+    v.split(',')
+        .map(|s| {
+            s.trim()
+                .parse::<f64>()
+                .map_err(|_| format!("bad --seconds `{s}`"))
+        })
+        .collect()
+}
+
 /// Seconds since this process started (Linux `/proc`; `None` elsewhere).
-fn process_age() -> Option<f64> {
+pub(crate) fn process_age() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     // Fields after the command name (which is in parentheses and may contain spaces).
     let rest = stat.rsplit_once(')')?.1;
@@ -156,25 +158,27 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The random small-music checkpoint the benches default to (see [`bench_model`]).
 pub(crate) fn default_model() -> Result<PathBuf, String> {
-    let dir =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench-models/small-music-f32");
+    bench_model("small-music")
+}
+
+/// A random real-shape checkpoint of `preset` (`synth-model`, seed 0, f32) under
+/// `target/bench-models/{preset}-f32`, written there the first time.
+pub(crate) fn bench_model(preset: &str) -> Result<PathBuf, String> {
+    let p = Preset::parse(preset).ok_or_else(|| format!("unknown preset `{preset}`"))?;
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../target/bench-models/{preset}-f32"));
     if aria::discover::missing_files(&dir).is_empty() {
         return Ok(dir);
     }
     eprintln!(
-        "writing a random small-music checkpoint (f32) to {} ...",
+        "writing a random {preset} checkpoint (f32) to {} ...",
         dir.display()
     );
     let t = Instant::now();
-    synth::write_model(
-        &dir,
-        Preset::SmallMusic,
-        aria_core::DType::F32,
-        0,
-        &mut |_, _| {},
-    )
-    .map_err(|e| e.to_string())?;
+    synth::write_model(&dir, p, aria_core::DType::F32, 0, &mut |_, _| {})
+        .map_err(|e| e.to_string())?;
     eprintln!("  done in {:.1} s", t.elapsed().as_secs_f64());
     Ok(dir)
 }
@@ -201,7 +205,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     };
     let peak = fma_peak_gflops();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let exe = crate::self_exe().map_err(|e| e.to_string())?;
     println!("model: {}", model.display());
     println!(
         "f32 FMA peak: {} GFLOP/s per core ({threads} threads available)",

@@ -269,7 +269,7 @@ fn read_json(p: &Path) -> Result<serde_json::Value, String> {
 // ---- aria side --------------------------------------------------------------------------------
 
 fn aria_components(o: &Opts, model: &Path, m: &mut Mins) -> Result<(), String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let exe = crate::self_exe().map_err(|e| e.to_string())?;
     let secs: Vec<String> = o.seconds.iter().map(|s| s.to_string()).collect();
     let mut c = Command::new(exe);
     c.args(["bench", "official", "--aria-child"])
@@ -285,7 +285,7 @@ fn aria_components(o: &Opts, model: &Path, m: &mut Mins) -> Result<(), String> {
 }
 
 fn aria_e2e(o: &Opts, model: &Path, secs: f64, m: &mut Mins) -> Result<(), String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let exe = crate::self_exe().map_err(|e| e.to_string())?;
     let mut c = Command::new(exe);
     c.args(["bench", "e2e", "--child"])
         .arg(model)
@@ -343,6 +343,15 @@ fn child(model: &Path, seconds: &str, reps: usize) -> Result<(), String> {
     text.encode_prompts(&[PROMPT]).map_err(|x| e(&x))?; // first call, as bench.py discards it
     let t_text = best_of(reps, || text.encode_prompts(&[PROMPT]).map_err(|x| e(&x)))?;
     println!("RESULT text={t_text:.4}");
+    // The replay of the reference's bf16 arithmetic (`--text-precision bf16`), for comparison.
+    let mut replay = text.clone();
+    replay
+        .prompt_mut()
+        .encoder_mut()
+        .set_precision(aria::pipeline::Precision::Bf16);
+    replay.encode_prompts(&[PROMPT]).map_err(|x| e(&x))?;
+    let t_replay = best_of(reps, || replay.encode_prompts(&[PROMPT]).map_err(|x| e(&x)))?;
+    println!("RESULT text_replay={t_replay:.4}");
     let (emb, _) = text.encode_prompts(&[PROMPT]).map_err(|x| e(&x))?;
     let n_cond = emb.shape().get(1).copied().unwrap_or(0) + 1;
     let cond_dim = emb.shape().last().copied().unwrap_or(0);
@@ -380,10 +389,15 @@ fn child(model: &Path, seconds: &str, reps: usize) -> Result<(), String> {
 // ---- report -----------------------------------------------------------------------------------
 
 fn row(label: &str, k: &str, off: Option<&Mins>, aria: &Mins) {
-    let a = aria.get(k);
+    row_vs(label, k, k, off, aria)
+}
+
+/// A row comparing the official measure `ko` with aria's `ka`.
+fn row_vs(label: &str, ko: &str, ka: &str, off: Option<&Mins>, aria: &Mins) {
+    let a = aria.get(ka);
     match off {
         Some(off) => {
-            let o = off.get(k);
+            let o = off.get(ko);
             let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
             let ratio = match (o, a) {
                 (Some(o), Some(a)) if a > 0.0 => format!("{:.2}x", o / a),
@@ -481,6 +495,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
     if o.components {
         row("load", "load", off_ref, &aria);
         row("text encode (default path)", "text", off_ref, &aria);
+        row_vs(
+            "text encode (aria: bf16 replay)",
+            "text",
+            "text_replay",
+            off_ref,
+            &aria,
+        );
     }
     for &s in &o.seconds {
         let k = key(s);

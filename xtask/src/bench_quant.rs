@@ -184,7 +184,7 @@ fn child(args: &[String]) -> Result<(), String> {
 }
 
 fn memory(o: &Opts, model: &Path) -> Result<(), String> {
-    let exe = std::env::current_exe().map_err(e)?;
+    let exe = crate::self_exe().map_err(e)?;
     println!(
         "\n## memory and speed: `aria generate` equivalent, {} s, {} steps, {} threads, one process each",
         o.seconds, o.steps, o.threads

@@ -9,12 +9,16 @@
 //!
 //! Reported: wall seconds, seconds per job, and the ratio to the CLI. The resident figures
 //! include the HTTP round trips and fetching each WAV; the server's model load is reported
-//! apart (it is paid once per process).
+//! apart (it is paid once per process). With `--rounds R` the three modes run R times,
+//! alternating (so a change of machine load hits them alike), and the median and the best
+//! round of each are reported, with the load average before and after.
 //!
 //! Options: `--model DIR` (default: the tiny random-weight model, written once under
 //! `target/bench-models/tiny`), `--jobs N` (default 8), `--seconds S` (default 2), `--steps N`
-//! (default 8), `--max-batch N` (default 4), `--cli PATH` (default: the `aria` binary next to
-//! this program, built with `cargo build --release -p aria-cli` when missing).
+//! (default 8), `--max-batch N` (default 4), `--threads N` (CPU threads of the server and of
+//! every CLI process; default: every core), `--rounds R` (default 1), `--cli PATH` (default:
+//! the `aria` binary next to this program, built with `cargo build --release -p aria-cli` when
+//! missing).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -31,6 +35,8 @@ struct Opts {
     seconds: f64,
     steps: usize,
     max_batch: usize,
+    threads: Option<usize>,
+    rounds: usize,
     cli: Option<PathBuf>,
 }
 
@@ -41,6 +47,8 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         seconds: 2.0,
         steps: 8,
         max_batch: 4,
+        threads: None,
+        rounds: 1,
         cli: None,
     };
     let mut it = args.iter();
@@ -62,6 +70,8 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "--jobs" => o.jobs = int("--jobs", val("--jobs")?)?,
             "--steps" => o.steps = int("--steps", val("--steps")?)?,
             "--max-batch" => o.max_batch = int("--max-batch", val("--max-batch")?)?,
+            "--threads" => o.threads = Some(int("--threads", val("--threads")?)?),
+            "--rounds" => o.rounds = int("--rounds", val("--rounds")?)?,
             "--seconds" => {
                 let v = val("--seconds")?;
                 o.seconds = v
@@ -121,6 +131,14 @@ fn cli_path(o: &Opts) -> Result<PathBuf, String> {
         }
     }
     Ok(cli)
+}
+
+/// The 1, 5 and 15 minute load averages, as `/proc/loadavg` has them.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "unknown".into())
 }
 
 fn prompt(i: usize) -> String {
@@ -225,7 +243,11 @@ fn run_cli(o: &Opts, cli: &Path, model: &Path, out: &Path) -> Result<f64, String
     let t0 = Instant::now();
     for i in 0..o.jobs {
         let wav = out.join(format!("cli_{i}.wav"));
-        let r = Command::new(cli)
+        let mut c = Command::new(cli);
+        if let Some(t) = o.threads {
+            c.args(["--threads", &t.to_string()]);
+        }
+        let r = c
             .arg("--quiet")
             .arg("generate")
             .arg("--model")
@@ -289,37 +311,73 @@ pub fn run(args: &[String]) -> Result<(), String> {
         o.max_batch
     );
 
-    let cli_s = run_cli(&o, &cli, &model, &work)?;
-
+    if let Some(t) = o.threads {
+        // The server runs in this process: its kernels use this pool.
+        aria_core::threads::set_num_threads(t).map_err(|e| e.to_string())?;
+    }
+    let load_before = load_average();
     let (addr, ready_s) = start_server(&o, &model, &work.join("serve"))?;
     // One warm-up job: first-touch costs (page faults, lazy plans) are paid once per process.
     finish(addr, &submit(addr, &o, o.jobs)?)?;
 
-    let t0 = Instant::now();
-    for i in 0..o.jobs {
-        finish(addr, &submit(addr, &o, i)?)?;
-    }
-    let serial_s = t0.elapsed().as_secs_f64();
+    let mut walls: [Vec<f64>; 3] = Default::default();
+    for round in 0..o.rounds {
+        walls[0].push(run_cli(&o, &cli, &model, &work)?);
 
-    let t0 = Instant::now();
-    let ids = (0..o.jobs)
-        .map(|i| submit(addr, &o, i))
-        .collect::<Result<Vec<_>, _>>()?;
-    for id in &ids {
-        finish(addr, id)?;
+        let t0 = Instant::now();
+        for i in 0..o.jobs {
+            finish(addr, &submit(addr, &o, i)?)?;
+        }
+        walls[1].push(t0.elapsed().as_secs_f64());
+
+        let t0 = Instant::now();
+        let ids = (0..o.jobs)
+            .map(|i| submit(addr, &o, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        for id in &ids {
+            finish(addr, id)?;
+        }
+        walls[2].push(t0.elapsed().as_secs_f64());
+        eprintln!(
+            "round {}: cli {:.2} s, resident serial {:.2} s, resident batched {:.2} s",
+            round + 1,
+            walls[0][round],
+            walls[1][round],
+            walls[2][round]
+        );
     }
-    let batched_s = t0.elapsed().as_secs_f64();
+    let load_after = load_average();
 
     let n = o.jobs as f64;
+    let med = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let best = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    let cli_med = med(&walls[0]);
     println!();
-    println!("| mode | wall s | s / job | vs cli |");
-    println!("|---|---:|---:|---:|");
-    for (label, s) in [
-        ("cli: one `aria generate` per job", cli_s),
-        ("resident, serial", serial_s),
-        ("resident, batched", batched_s),
+    println!(
+        "threads {}; {} round(s), modes alternating; load average {load_before} before, \
+         {load_after} after",
+        o.threads.map_or("all".to_string(), |t| t.to_string()),
+        o.rounds
+    );
+    println!();
+    println!("| mode | median wall s | median s / job | best s / job | vs cli (median) |");
+    println!("|---|---:|---:|---:|---:|");
+    for (label, w) in [
+        ("cli: one `aria generate` per job", &walls[0]),
+        ("resident, serial", &walls[1]),
+        ("resident, batched", &walls[2]),
     ] {
-        println!("| {label} | {s:.2} | {:.3} | {:.2}x |", s / n, cli_s / s);
+        let m = med(w);
+        println!(
+            "| {label} | {m:.2} | {:.3} | {:.3} | {:.2}x |",
+            m / n,
+            best(w) / n,
+            cli_med / m
+        );
     }
     println!();
     println!("server model load (once per process): {ready_s:.2} s");

@@ -3,14 +3,15 @@
 //! weights written to a temporary folder (`config.json` + `model.safetensors`, removed at the
 //! end).
 //!
-//! Reported per thread count: the median wall time of the encoder forward with the bf16 weights
-//! used from the memory map (the shipping path), its GFLOP/s, and its ratio to a baseline
-//! measured in the same run (the same forward with every weight converted to f32 in memory
-//! beforehand). The official implementation is compared on the same machine by
-//! `cargo xtask bench official`.
+//! Reported per thread count: the median wall time of the default forward (f32 arithmetic on
+//! the bf16 weights used from the memory map), its GFLOP/s, its ratio to a baseline measured in
+//! the same run (the same forward with every weight converted to f32 in memory beforehand), and
+//! the bf16 replay (`Precision::Bf16`, PyTorch's AVX2 bf16 arithmetic). The official
+//! implementation is compared on the same machine by `cargo xtask bench official`.
 //!
 //! Options: `--reps N` (timed repetitions after one warm-up; default 5), `--threads A,B`
-//! (default 1,2), `--len L` (prompt tokens; default 256), `--keep` (keep the weights folder).
+//! (default 1,2), `--len L` (prompt tokens; default 256), `--paths P,Q` (any of `default`,
+//! `copy`, `replay`; default all three), `--keep` (keep the weights folder).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -29,6 +30,7 @@ struct Opts {
     reps: usize,
     threads: Vec<usize>,
     len: usize,
+    paths: Vec<String>,
     keep: bool,
 }
 
@@ -37,6 +39,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         reps: 5,
         threads: vec![1, 2],
         len: 256,
+        paths: vec!["default".into(), "copy".into(), "replay".into()],
         keep: false,
     };
     let mut it = args.iter();
@@ -51,10 +54,21 @@ fn parse(args: &[String]) -> Result<Opts, String> {
                     .map(|s| s.trim().parse().map_err(|e| format!("--threads: {e}")))
                     .collect::<Result<_, _>>()?
             }
+            "--paths" => {
+                o.paths = val()?.split(',').map(|s| s.trim().to_string()).collect();
+                if let Some(p) = o
+                    .paths
+                    .iter()
+                    .find(|p| !["default", "copy", "replay"].contains(&p.as_str()))
+                {
+                    return Err(format!("--paths: `{p}` is not default, copy or replay"));
+                }
+            }
             "--keep" => o.keep = true,
             other => {
                 return Err(format!(
-                    "unknown option `{other}` (--reps N, --threads A,B, --len L, --keep)"
+                    "unknown option `{other}` (--reps N, --threads A,B, --len L, --paths P,Q, \
+                     --keep)"
                 ))
             }
         }
@@ -204,17 +218,21 @@ fn bench(o: &Opts, dir: &Path) -> Result<(), String> {
         "T5Gemma b-b-ul2 shapes, random bf16 weights written in {:.1} s",
         s.elapsed().as_secs_f64()
     );
-    let mut enc = T5GemmaEncoder::load(dir).map_err(|e| e.to_string())?;
-    enc.set_precision(Precision::F32);
+    let enc = T5GemmaEncoder::load(dir).map_err(|e| e.to_string())?;
+    if enc.precision() != Precision::F32 {
+        return Err(format!(
+            "the default precision is {:?}, not F32",
+            enc.precision()
+        ));
+    }
     let mut enc_bf16 = enc.clone();
     enc_bf16.set_precision(Precision::Bf16);
     let cfg: T5GemmaConfig = enc.config().clone();
     let file = dir.join("model.safetensors");
     let loader = WeightLoader::open_checkpoint(&file).map_err(|e| e.to_string())?;
-    let mut enc_f32 =
+    let enc_f32 =
         T5GemmaEncoder::from_loader(cfg, &loader.with_dtype(Some(DType::F32)), dir, &file)
             .map_err(|e| e.to_string())?;
-    enc_f32.set_precision(Precision::F32);
     let mut rng = Rng(42);
     let ids: Vec<i64> = (0..o.len)
         .map(|_| ((rng.next() + 1.0) * 0.5 * (VOCAB - 1) as f32) as i64)
@@ -227,34 +245,61 @@ fn bench(o: &Opts, dir: &Path) -> Result<(), String> {
         o.len, o.reps
     );
     println!(
-        "{:>7} | {:>12} {:>8} {:>8} | {:>12} {:>8} | {:>7} | {:>13} {:>8}",
+        "{:>7} | {:>12} {:>8} {:>8} | {:>12} {:>8} | {:>7} | {:>14} {:>8} | {:>7}",
         "threads",
-        "f32 map (s)",
+        "default (s)",
         "GFLOP/s",
         "cpu s",
         "f32 copy (s)",
         "GFLOP/s",
         "map/cpy",
-        "bf16-exact (s)",
+        "bf16 replay (s)",
         "GFLOP/s",
+        "rpl/dft",
     );
+    let want = |p: &str| o.paths.iter().any(|q| q == p);
+    let cell = |v: Option<f64>, w: usize, prec: usize| match v {
+        Some(v) => format!("{v:>w$.prec$}"),
+        None => format!("{:>w$}", "-"),
+    };
     for &n in &o.threads {
-        let (t, cpu) = time(&enc, &ids, &mask, n, o.reps)?;
-        let (b, _) = time(&enc_f32, &ids, &mask, n, o.reps)?;
-        let (x, _) = time(&enc_bf16, &ids, &mask, n, o.reps)?;
+        let t = if want("default") {
+            Some(time(&enc, &ids, &mask, n, o.reps)?)
+        } else {
+            None
+        };
+        let b = if want("copy") {
+            Some(time(&enc_f32, &ids, &mask, n, o.reps)?.0)
+        } else {
+            None
+        };
+        let x = if want("replay") {
+            Some(time(&enc_bf16, &ids, &mask, n, o.reps)?.0)
+        } else {
+            None
+        };
+        let td = t.map(|v| v.0);
+        let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
         println!(
-            "{n:>7} | {t:>12.3} {:>8.1} {cpu:>8.2} | {b:>12.3} {:>8.1} | {:>7.2} | {x:>13.3} {:>8.1}",
-            gflop / t,
-            gflop / b,
-            t / b,
-            gflop / x,
+            "{n:>7} | {} {} {} | {} {} | {} | {} {} | {}",
+            cell(td, 12, 3),
+            cell(td.map(|v| gflop / v), 8, 1),
+            cell(t.map(|v| v.1), 8, 2),
+            cell(b, 12, 3),
+            cell(b.map(|v| gflop / v), 8, 1),
+            cell(ratio(td, b), 7, 2),
+            cell(x, 15, 3),
+            cell(x.map(|v| gflop / v), 8, 1),
+            cell(ratio(x, td), 7, 2),
         );
     }
     println!("(wall-clock medians; cpu s: CPU seconds per forward over all threads, a check on contention;");
-    println!(" f32 map: f32 arithmetic on the bf16 weights in the map; f32 copy: the same on an");
+    println!(" default: f32 arithmetic on the bf16 weights in the map; f32 copy: the same on an");
     println!(
-        " in-memory f32 copy; bf16-exact: the reference's bf16 arithmetic, its summation orders"
+        " in-memory f32 copy; bf16 replay: PyTorch's bf16 CPU arithmetic on AVX2, its summation"
     );
-    println!(" included (the default for bf16 folders); `bench official` compares with the official code)");
+    println!(
+        " orders included (`Precision::Bf16`); `bench official` compares with the official code)"
+    );
     Ok(())
 }

@@ -23,8 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use aria::synth::{self, Preset};
-use aria_core::{DType, Device, Tensor, WeightLoader};
+use aria_core::{Device, Tensor, WeightLoader};
 use aria_cuda::kernels::{PtxCache, SOURCES};
 use aria_cuda::CudaBackend;
 use aria_dit::config::ModelConfig;
@@ -32,6 +31,8 @@ use aria_dit::dit::{Dit, DitConditioning};
 use aria_dit::sampler::{
     sample, GuidedDit, GuidedOptions, ReplayNoise, SampleOptions, SamplerKind, Schedule,
 };
+
+use crate::bench_e2e::{bench_model, process_age, seconds_list};
 
 struct Opts {
     skip_tests: bool,
@@ -57,16 +58,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         match a.as_str() {
             "--skip-tests" => o.skip_tests = true,
             "--presets" => o.presets = val("--presets")?.split(',').map(str::to_string).collect(),
-            "--seconds" => {
-                o.seconds = val("--seconds")?
-                    .split(',')
-                    .map(|s| {
-                        s.trim()
-                            .parse::<f64>()
-                            .map_err(|_| format!("bad --seconds `{s}`"))
-                    })
-                    .collect::<Result<_, _>>()?
-            }
+            "--seconds" => o.seconds = seconds_list(&val("--seconds")?)?,
             "--reps" => {
                 o.reps = val("--reps")?
                     .parse()
@@ -99,38 +91,6 @@ fn official(preset: &str, secs: f64) -> (String, String) {
 fn latents(secs: f64) -> usize {
     let n = ((secs + 6.0) * 44_100.0) as usize;
     n.div_ceil(4096 * 2) * 2
-}
-
-fn process_age() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let start: f64 = stat
-        .rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(19)?
-        .parse()
-        .ok()?;
-    let up: f64 = std::fs::read_to_string("/proc/uptime")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
-    Some(up - start / 100.0)
-}
-
-fn model_dir(preset: &str) -> Result<PathBuf, String> {
-    let p = Preset::parse(preset).ok_or_else(|| format!("unknown preset `{preset}`"))?;
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("../target/bench-models/{preset}-f32"));
-    if !aria::discover::missing_files(&dir).is_empty() {
-        eprintln!(
-            "writing a random {preset} checkpoint (f32) to {} ...",
-            dir.display()
-        );
-        synth::write_model(&dir, p, DType::F32, 0, &mut |_, _| {}).map_err(|e| e.to_string())?;
-    }
-    Ok(dir)
 }
 
 struct Rng(u64);
@@ -268,10 +228,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
         )?;
     }
     println!("== 3. timing (8-step ping-pong loop on the device, batch 1)");
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let exe = crate::self_exe().map_err(|e| e.to_string())?;
     let mut rows = Vec::new();
     for preset in &o.presets {
-        let dir = model_dir(preset)?;
+        let dir = bench_model(preset)?;
         for &secs in &o.seconds {
             let out = Command::new(&exe)
                 .args([

@@ -19,6 +19,17 @@ mod cuda_check;
 mod fidelity;
 mod synth;
 
+/// This program, for re-running itself as a measurement child. On Linux `/proc/self/exe`
+/// still names the running image after a rebuild replaced the file on disk (long benches
+/// would otherwise fail to spawn their children half-way).
+pub(crate) fn self_exe() -> std::io::Result<std::path::PathBuf> {
+    let proc_exe = std::path::Path::new("/proc/self/exe");
+    if proc_exe.exists() {
+        return Ok(proc_exe.to_path_buf());
+    }
+    std::env::current_exe()
+}
+
 fn usage() -> &'static str {
     "usage: cargo xtask <task>\n\
      tasks:\n\

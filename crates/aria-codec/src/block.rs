@@ -148,7 +148,7 @@ impl Block {
                 "transformer block input must be [B, N, D], got {s:?}"
             )));
         }
-        let (bc, n) = (s[0], s[1]);
+        let n = s[1];
         let u = self.pre_norm.apply(x)?;
         let qkv = self.to_qkv.forward(&u)?;
         drop(u);
@@ -174,10 +174,8 @@ impl Block {
             ops::attention(&q, &k, &v, &opts)?
         };
         drop((q, k, v));
-        // Heads merged: [Bc, H, N, Dh] → [Bc, N, H·Dh].
-        let merged = o
-            .permute(&[0, 2, 1, 3])?
-            .reshape(&[bc, n, self.heads * self.dh])?;
+        // Heads merged: [Bc, H, N, Dh] → [Bc, N, H·Dh] (one row-parallel copy).
+        let merged = ops::merge_heads(&o, None)?;
         drop(o);
         let a = self.to_out.forward(&merged)?;
         drop(merged);

@@ -9,10 +9,8 @@ use aria_core::ops::KeyMaskMode;
 use aria_core::{DType, Device, Tensor, WeightLoader};
 use aria_dit::config::ModelConfig;
 use aria_dit::dit::{Dit, DitConditioning, ForwardOptions};
-use aria_dit::sampler::{
-    sample, Guidance, GuidedDit, GuidedOptions, ReplayNoise, SampleOptions, SamplerKind, Schedule,
-};
 use aria_testing::fixtures::{assert_close, fixture, fixture_tensors};
+use aria_testing::sampler::ping_pong_replay;
 use common::backend;
 
 const TOL: f32 = 1e-5;
@@ -88,42 +86,6 @@ fn dit_forward_matches_cpu() {
     }
 }
 
-fn run_sample(dit: &Dit, w: &WeightLoader, dev: &Device, cfg: f32) -> Tensor {
-    let p = |t: Tensor| dev.put(&t).unwrap();
-    let cross = p(get(w, "in.sampler.cond.cross_attn_cond"));
-    let global = p(get(w, "in.sampler.cond.global_cond"));
-    let local = p(get(w, "in.sampler.cond.local_add_cond"));
-    let mask = p(get(w, "in.sampler.padding_mask"));
-    let x0 = p(get(w, "in.sampler.init_noise"));
-    let draws = (0..8)
-        .map(|i| p(get(w, &format!("in.sampler.step_noise_{i}"))))
-        .collect();
-    let sigmas = get(w, "in.sampler.sigmas").to_vec_f32().unwrap();
-    let cond = DitConditioning {
-        cross_attn_cond: &cross,
-        global_cond: &global,
-        local_add_cond: Some(&local),
-    };
-    let opts = GuidedOptions {
-        guidance: Guidance {
-            cfg_scale: cfg,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let model = GuidedDit::new(dit, &cond, None, Some(&mask), opts).unwrap();
-    let mut noise = ReplayNoise::new(draws);
-    sample(
-        &model,
-        SamplerKind::PingPong,
-        x0,
-        &Schedule::from_values(sigmas).unwrap(),
-        &mut noise,
-        SampleOptions::default(),
-    )
-    .unwrap()
-}
-
 #[test]
 fn eight_step_sample_matches_cpu() {
     let Some(be) = backend("eight_step_sample_matches_cpu") else {
@@ -139,9 +101,9 @@ fn eight_step_sample_matches_cpu() {
         let w = w.unwrap();
         for cfg in [1.0, 3.0] {
             dit.to_device(&Device::Cpu).unwrap();
-            let cpu = run_sample(&dit, &w, &Device::Cpu, cfg);
+            let cpu = ping_pong_replay(&dit, &w, &Device::Cpu, cfg);
             dit.to_device(&be.device()).unwrap();
-            let dev = run_sample(&dit, &w, &be.device(), cfg);
+            let dev = ping_pong_replay(&dit, &w, &be.device(), cfg);
             assert_close(
                 &format!("{folder} 8 steps cfg {cfg}"),
                 &dev.to_cpu().unwrap(),

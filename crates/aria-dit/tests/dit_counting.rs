@@ -13,10 +13,8 @@ use aria_core::hooks::{FnHook, HookContext, HookSite};
 use aria_core::ops::KeyMaskMode;
 use aria_core::{ops, Device, Result as CoreResult, Tensor};
 use aria_dit::dit::{Dit, DitConditioning, ForwardOptions};
-use aria_dit::sampler::{
-    sample, Guidance, GuidedDit, GuidedOptions, ReplayNoise, SampleOptions, SamplerKind, Schedule,
-};
 use aria_testing::counting::{CountingBackend, Counts};
+use aria_testing::sampler::ping_pong_replay;
 use common::{get, load_dit, tensors, try_get};
 
 /// Inputs of one DiT evaluation (on whatever device they were put).
@@ -150,43 +148,6 @@ fn dit_forward_batch_of_two_on_counting_backend() {
     forward_case("sa3-tiny-extra", "dit_extra.safetensors", "dit_b2");
 }
 
-/// A full 8-step ping-pong sample with the recorded draws.
-fn run_sample(dit: &Dit, w: &aria_core::WeightLoader, dev: &Device, cfg: f32) -> Tensor {
-    let p = |t: Tensor| dev.put(&t).unwrap();
-    let cross = p(get(w, "in.sampler.cond.cross_attn_cond"));
-    let global = p(get(w, "in.sampler.cond.global_cond"));
-    let local = p(get(w, "in.sampler.cond.local_add_cond"));
-    let mask = p(get(w, "in.sampler.padding_mask"));
-    let x0 = p(get(w, "in.sampler.init_noise"));
-    let draws = (0..8)
-        .map(|i| p(get(w, &format!("in.sampler.step_noise_{i}"))))
-        .collect();
-    let sigmas = get(w, "in.sampler.sigmas").to_vec_f32().unwrap();
-    let cond = DitConditioning {
-        cross_attn_cond: &cross,
-        global_cond: &global,
-        local_add_cond: Some(&local),
-    };
-    let opts = GuidedOptions {
-        guidance: Guidance {
-            cfg_scale: cfg,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let model = GuidedDit::new(dit, &cond, None, Some(&mask), opts).unwrap();
-    let mut noise = ReplayNoise::new(draws);
-    sample(
-        &model,
-        SamplerKind::PingPong,
-        x0,
-        &Schedule::from_values(sigmas).unwrap(),
-        &mut noise,
-        SampleOptions::default(),
-    )
-    .unwrap()
-}
-
 #[test]
 fn sampler_on_counting_backend() {
     for folder in ["sa3-tiny", "sa3-tiny-medium"] {
@@ -198,14 +159,14 @@ fn sampler_on_counting_backend() {
         };
         let cpu: Vec<Tensor> = [1.0, 3.0]
             .iter()
-            .map(|&cfg| run_sample(&dit, &w, &Device::Cpu, cfg))
+            .map(|&cfg| ping_pong_replay(&dit, &w, &Device::Cpu, cfg))
             .collect();
         let be = CountingBackend::new();
         let dev = be.device();
         dit.to_device(&dev).unwrap();
         for (cfg, want) in [1.0, 3.0].iter().zip(&cpu) {
             be.reset();
-            let fin = run_sample(&dit, &w, &dev, *cfg);
+            let fin = ping_pong_replay(&dit, &w, &dev, *cfg);
             let c = be.counts();
             let what = format!("{folder} 8-step sample, cfg {cfg}");
             assert_resident(&what, &c);

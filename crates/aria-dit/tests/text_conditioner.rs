@@ -36,7 +36,11 @@ fn text_groups(model: &str) {
         return;
     };
     let t = t.unwrap();
-    // prompt_cond.default: the official path (bf16 encoder, SDPA), reproduced exactly.
+    // prompt_cond.default: the official path (bf16 encoder, SDPA), reproduced exactly by the
+    // bf16 replay.
+    cond.prompt_mut()
+        .encoder_mut()
+        .set_precision(Precision::Bf16);
     let (emb, mask) = cond.encode_prompts(&PROMPTS).unwrap();
     assert_eq!(
         mask.to_vec_f32().unwrap(),
@@ -48,7 +52,7 @@ fn text_groups(model: &str) {
         &get(&t, "prompt_cond.default"),
         0.0,
     );
-    // prompt_cond.fp32_sdpa: the same with the encoder in f32.
+    // prompt_cond.fp32_sdpa: the same with the encoder in f32 (the default).
     cond.prompt_mut()
         .encoder_mut()
         .set_precision(Precision::F32);
@@ -223,9 +227,13 @@ fn seconds_clamping() {
 /// context zeroes the masked positions.
 #[test]
 fn negative_prompt_branch() {
-    let Some((cond, loader)) = load("sa3-tiny-extra") else {
+    let Some((mut cond, loader)) = load("sa3-tiny-extra") else {
         return;
     };
+    // The reference's bf16 text encoder, replayed (the default is f32).
+    cond.prompt_mut()
+        .encoder_mut()
+        .set_precision(Precision::Bf16);
     let Some(t) = fixture_tensors("sa3-tiny-extra/cfg.safetensors") else {
         return;
     };

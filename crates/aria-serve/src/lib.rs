@@ -8,6 +8,8 @@
 //!   `generate_batch`, with progress, cancellation and leases (several processes may share a
 //!   store; a killed worker's jobs are retried);
 //! * `GET /v1/jobs/{id}/audio` streamed while the decoder runs;
+//! * `POST|GET /v1/stream`: open-ended generation sent chunk by chunk as it is generated, its
+//!   prompt changeable while it runs (`POST /v1/stream/{id}/prompt`);
 //! * limits named in every refusal, a bounded queue (`429` + `Retry-After`), a bearer token
 //!   off loopback, graceful shutdown;
 //! * a plain HTML page at `/`, `/health`, `/info`, `/metrics` (Prometheus) and

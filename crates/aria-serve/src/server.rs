@@ -196,13 +196,14 @@ pub async fn start(cfg: ServeConfig) -> Result<RunningServer> {
         abort: aria::CancelToken::new(),
     });
     // The worker is built on its own thread (the warm-start cache stays there).
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
+    let (ready_tx, ready_rx) =
+        std::sync::mpsc::channel::<Result<Arc<std::sync::RwLock<aria::Pipeline>>>>();
     let s2 = shared.clone();
     let worker = std::thread::Builder::new()
         .name("aria-serve-model".into())
         .spawn(move || match Worker::new(s2, pipe) {
             Ok(w) => {
-                let _ = ready_tx.send(Ok(()));
+                let _ = ready_tx.send(Ok(w.pipeline()));
                 w.run();
             }
             Err(e) => {
@@ -210,7 +211,7 @@ pub async fn start(cfg: ServeConfig) -> Result<RunningServer> {
             }
         })
         .map_err(|e| ServeError::io("starting the model thread", e))?;
-    tokio::task::spawn_blocking(move || ready_rx.recv())
+    let model = tokio::task::spawn_blocking(move || ready_rx.recv())
         .await
         .map_err(|e| ServeError::Config(format!("startup task failed: {e}")))?
         .map_err(|_| ServeError::Config("the model thread stopped while starting".into()))??;
@@ -222,7 +223,8 @@ pub async fn start(cfg: ServeConfig) -> Result<RunningServer> {
             let _ = tx.send(true);
         });
     }
-    let done = tokio::spawn(serve(listener, shared, worker, stop_rx));
+    let hub = Arc::new(crate::api::StreamHub::new(model));
+    let done = tokio::spawn(serve(listener, shared, hub, worker, stop_rx));
     Ok(RunningServer {
         addr,
         stop: stop_tx,
@@ -255,10 +257,11 @@ async fn wait_signal() {
 async fn serve(
     listener: tokio::net::TcpListener,
     shared: Arc<Shared>,
+    hub: Arc<crate::api::StreamHub>,
     worker: std::thread::JoinHandle<()>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<()> {
-    let app = crate::api::router(shared.clone());
+    let app = crate::api::router(shared.clone(), hub);
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(shared.cfg.max_connections.max(1)));
     let mut builder = hyper::server::conn::http1::Builder::new();

@@ -9,10 +9,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use aria::noise::{NoiseSource, TorchNoise};
+use aria::noise::{BatchNoise, SeedGenerator};
 use aria::pipeline::{AudioChunk, AudioOutput, Event, InitAudio, Inpaint, RunOptions};
 use aria::{CancelToken, GenerateRequest, Pipeline, SamplerKind};
-use aria_core::Tensor;
 use aria_steer::spec::{hook_from_specs, SiteKind};
 use aria_steer::{ModelIdentity, SteerOp, SteerSpec, SteeringHook, StepSpan};
 
@@ -20,32 +19,6 @@ use crate::jobs::{now_ms, JobRecord, Outcome};
 use crate::live::{pcm16, wav_header, LiveEnd, LiveJob};
 use crate::request::{JobSpec, SteerSource};
 use crate::state::Shared;
-
-/// Noise for a batch where every item has its own seed: a draw whose first dimension is the
-/// batch is made item by item from each item's source (so an item gets the draws it would get
-/// alone); any other draw comes from the first item's source.
-struct PerItemNoise(Vec<TorchNoise>);
-
-impl NoiseSource for PerItemNoise {
-    fn draw(&mut self, shape: &[usize], what: &str) -> aria_core::Result<Tensor> {
-        let b = self.0.len();
-        if b > 1 && shape.first() == Some(&b) {
-            let mut one = shape.to_vec();
-            one[0] = 1;
-            let parts: Vec<Tensor> = self
-                .0
-                .iter_mut()
-                .map(|n| n.draw(&one, what))
-                .collect::<aria_core::Result<_>>()?;
-            let refs: Vec<&Tensor> = parts.iter().collect();
-            return Tensor::cat(&refs, 0);
-        }
-        match self.0.first_mut() {
-            Some(n) => n.draw(shape, what),
-            None => TorchNoise::new(0).draw(shape, what),
-        }
-    }
-}
 
 /// A job of the running batch.
 struct Item {
@@ -88,6 +61,11 @@ impl Worker {
             loras: Vec::new(),
             cache,
         })
+    }
+
+    /// The resident model this worker runs on (shared with the streaming endpoint).
+    pub fn pipeline(&self) -> Arc<RwLock<Pipeline>> {
+        self.pipe.clone()
     }
 
     /// Claim and run jobs until [`Shared::stop`] is set; then hand back what this worker
@@ -358,7 +336,9 @@ impl Worker {
         self.set_loras(&items[0].spec)?;
         let hook = self.steering(&items[0].spec)?;
         let reqs = self.requests(items)?;
-        let mut noise = PerItemNoise(items.iter().map(|i| TorchNoise::new(i.spec.seed)).collect());
+        // Every draw per item, from that item's seed: an item's audio is that of its request alone.
+        let seeds: Vec<u64> = items.iter().map(|i| i.spec.seed).collect();
+        let mut noise = BatchNoise::seeded(SeedGenerator::Torch, &seeds);
         let cancel = CancelToken::new();
         let pipe = self.pipe.read().map_err(|_| "the model lock is poisoned")?;
         let ch = s.model.channels;
@@ -375,6 +355,11 @@ impl Worker {
                 let n = a.shape()[2];
                 let b = a.shape()[0];
                 for (bi, it) in items_ref.iter_mut().enumerate().take(b) {
+                    // A member cancelled mid-batch: its row is computed with the others (a
+                    // batch keeps its rows to the end) but its audio goes nowhere.
+                    if it.live.cancelled() {
+                        continue;
+                    }
                     let end = (c.start + n).min(it.frames);
                     if end <= c.start.max(it.written) {
                         continue;
@@ -401,6 +386,7 @@ impl Worker {
             let mut last_write = Instant::now()
                 .checked_sub(Duration::from_secs(1))
                 .unwrap_or_else(Instant::now);
+            let mut reported = vec![false; ids.len()];
             let mut progress = |e: &Event| {
                 let (step, steps, p) = match *e {
                     Event::TextDone => (0, 0, 0.05),
@@ -426,6 +412,9 @@ impl Worker {
                 if is_step || now.duration_since(last_write) > Duration::from_millis(200) {
                     last_write = now;
                     for (id, live, job_steps) in &ids {
+                        if live.cancelled() {
+                            continue;
+                        }
                         let total = if steps > 0 { steps } else { *job_steps };
                         let st = if step == usize::MAX { total } else { step };
                         if let Ok(true) =
@@ -434,6 +423,14 @@ impl Worker {
                         {
                             live.cancel.store(true, Ordering::Relaxed);
                         }
+                    }
+                }
+                // A cancelled member is reported at once; the rest of the batch runs on.
+                for (k, (id, live, _)) in ids.iter().enumerate() {
+                    if live.cancelled() && !reported[k] {
+                        reported[k] = true;
+                        let _ = s.store.finish(id, &s.cfg.worker_id, &Outcome::Cancelled);
+                        live.end(LiveEnd::Aborted);
                     }
                 }
                 if ids.iter().all(|(_, l, _)| l.cancelled()) || s.abort.is_cancelled() {

@@ -298,12 +298,101 @@ async fn batches_compatible_jobs() {
         assert_eq!(j["timings"]["stages"]["batch"], 3, "{j}");
         audio.push(get(a, &format!("/v1/jobs/{id}/audio")).await.body);
     }
-    // Every item of the batch got its own complete audio. (Equal seeds inside one batch do
-    // not give equal bytes yet: some draws are not split per item.)
+    // Every item of the batch got its own complete audio, drawn from its own seed: equal
+    // seeds give equal bytes, and the same request run alone gives them too.
     for a in &audio {
         check_wav(a, 1.0);
     }
     assert_ne!(audio[0], audio[1]);
+    assert_eq!(audio[0], audio[2], "two jobs with one seed in one batch");
+    let alone = post(
+        a,
+        &json!({"prompt": "same", "seconds": 1.0, "steps": 2, "seed": 5}),
+    )
+    .await;
+    let alone = alone.json()["id"].as_str().unwrap().to_string();
+    let j = wait_state(a, &alone, &["done"], Duration::from_secs(120)).await;
+    assert_eq!(j["timings"]["stages"]["batch"], 1, "{j}");
+    let alone = get(a, &format!("/v1/jobs/{alone}/audio")).await.body;
+    assert_eq!(alone, audio[0], "a batch item vs the same job alone");
+    srv.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_one_member_of_a_running_batch() {
+    let mut cfg = config("cancel-member");
+    cfg.max_batch = 3;
+    cfg.throttle = Some(Duration::from_millis(60));
+    let results = cfg.results_dir.clone();
+    let srv = start(cfg).await.unwrap();
+    let a = srv.addr();
+    // Keep the worker busy while three compatible jobs queue up, so they run as one batch.
+    let busy = post(
+        a,
+        &json!({"prompt": "busy", "seconds": 1.0, "steps": 6, "seed": 1}),
+    )
+    .await;
+    let busy = busy.json()["id"].as_str().unwrap().to_string();
+    wait_state(a, &busy, &["running"], Duration::from_secs(60)).await;
+    let mut ids = Vec::new();
+    for seed in [21, 22, 23] {
+        let r = post(
+            a,
+            &json!({"prompt": "member", "seconds": 1.0, "steps": 30, "seed": seed}),
+        )
+        .await;
+        assert_eq!(r.status, 202);
+        ids.push(r.json()["id"].as_str().unwrap().to_string());
+    }
+    for id in &ids {
+        wait_state(a, id, &["running"], Duration::from_secs(60)).await;
+    }
+    // Part way through the batch, cancel the middle member only.
+    let t0 = Instant::now();
+    loop {
+        let j = get(a, &format!("/v1/jobs/{}", ids[1])).await.json();
+        if j["step"].as_u64().unwrap() >= 3 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "{j}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let d = http(a, "DELETE", &format!("/v1/jobs/{}", ids[1]), "", b"").await;
+    assert_eq!(d.status, 202);
+    let c = wait_state(a, &ids[1], &["cancelled"], Duration::from_secs(30)).await;
+    assert!(c["step"].as_u64().unwrap() < 30, "{c}");
+    // It is reported cancelled while the others are still running.
+    for k in [0, 2] {
+        let j = get(a, &format!("/v1/jobs/{}", ids[k])).await.json();
+        assert_eq!(j["state"], "running", "member {k}: {j}");
+    }
+    for k in [0, 2] {
+        let j = wait_state(
+            a,
+            &ids[k],
+            &["done", "failed", "cancelled"],
+            Duration::from_secs(120),
+        )
+        .await;
+        assert_eq!(j["state"], "done", "member {k}: {j}");
+        assert_eq!(j["timings"]["stages"]["batch"], 3, "{j}");
+        check_wav(
+            &get(a, &format!("/v1/jobs/{}/audio", ids[k])).await.body,
+            1.0,
+        );
+    }
+    // The cancelled member's result was discarded and it stays cancelled.
+    assert_eq!(
+        get(a, &format!("/v1/jobs/{}", ids[1])).await.json()["state"],
+        "cancelled"
+    );
+    assert_eq!(
+        get(a, &format!("/v1/jobs/{}/audio", ids[1])).await.status,
+        409
+    );
+    assert!(!results.join(format!("{}.wav", ids[1])).exists());
+    assert!(!results.join(format!("{}.wav.part", ids[1])).exists());
+    assert!(results.join(format!("{}.wav", ids[0])).exists());
     srv.shutdown().await.unwrap();
 }
 

@@ -6,7 +6,9 @@
 //! - [`counting`]: a device backend that computes with the CPU kernels but keeps its tensors
 //!   behind [`aria_core::Device`], counting every upload, download and op. It proves that a
 //!   model runs entirely on a device backend — no op falls back to a silent host round trip —
-//!   which is what lets the wgpu and CUDA backends grow op by op.
+//!   which is what lets the wgpu and CUDA backends grow op by op;
+//! - `sampler` (the `dit` feature): the fixture models' recorded 8-step ping-pong sample,
+//!   replayed on any device.
 //!
 //! ```
 //! use aria_core::{ops, Tensor};
@@ -25,3 +27,5 @@
 
 pub mod counting;
 pub mod fixtures;
+#[cfg(feature = "dit")]
+pub mod sampler;

@@ -86,7 +86,8 @@ pub fn model_info(files: &ModelFiles) -> Result<ModelInfo> {
         None => embed_bf16,
     };
     let text_arith = if bf16 {
-        "bf16, the reference's arithmetic (--text-precision f32 to change)"
+        "f32 on the bf16 weights (the reference computes in bf16; --text-precision bf16 \
+         replays it)"
     } else {
         "f32"
     };

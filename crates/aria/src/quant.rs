@@ -24,8 +24,10 @@
 //!   the prompts are encoded, the DiT's context layers (cross-attention K/V and the condition
 //!   embedders) once it is prepared, the DiT before decoding, the autoencoder after it. They
 //!   read back from the page cache on the next request. A pre-quantized folder's packed
-//!   weights are borrowed from its mapping, so they leave before decoding too; weights packed
-//!   at load live in owned memory for the life of the pipeline.
+//!   weights are borrowed from its mapping, so they leave before decoding too. Weights packed
+//!   at load are quantized one matrix at a time into an unlinked, memory-mapped temporary
+//!   file (in `TMPDIR`; [`PackReport::spilled`]) and borrowed from it the same way; where
+//!   that file cannot be written they stay in owned memory for the life of the pipeline.
 //!
 //! Packing needs the `quant` cargo feature (on by default in the `aria` program).
 
@@ -134,6 +136,10 @@ pub struct PackReport {
     pub held_bytes: usize,
     /// Bytes of memory-mapped pages released after packing or converting.
     pub released_bytes: usize,
+    /// Whether the weights packed at load live in a memory-mapped temporary file (their
+    /// pages can then be released between stages, as a pre-quantized folder's are) rather
+    /// than in owned memory.
+    pub spilled: bool,
 }
 
 impl PackReport {
@@ -141,8 +147,13 @@ impl PackReport {
     pub fn summary(&self) -> String {
         let kinds: Vec<String> = self.kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
         format!(
-            "DiT weights {}{}{}: {} ({:.3} GB stored, {:.3} GB held, {:.3} GB of pages released)",
+            "DiT weights {}{}{}{}: {} ({:.3} GB stored, {:.3} GB held, {:.3} GB of pages released)",
             self.precision,
+            if self.spilled {
+                " (packed into a mapped temporary file)"
+            } else {
+                ""
+            },
             if self.w8a8 { " + W8A8" } else { "" },
             if self.prequantized {
                 " (pre-quantized)"
@@ -251,7 +262,11 @@ pub(crate) fn prepare_dit(
         prequantized: prequantized.is_some(),
         ..Default::default()
     };
-    for lin in dit.linears_mut() {
+    // Packed formats: quantized one matrix at a time into a memory-mapped temporary file
+    // (see `spill`), so that the packed weights can leave the resident set between stages as a
+    // pre-quantized folder's do; in owned memory when the file cannot be written.
+    let mut jobs: Vec<(usize, spill::Job)> = Vec::new();
+    for (i, lin) in dit.linears_mut().into_iter().enumerate() {
         let key = format!("{}.weight", lin.name());
         let shape = lin.weight().shape();
         rep.stored_bytes += weights
@@ -259,39 +274,92 @@ pub(crate) fn prepare_dit(
             .map(|(_, i)| i.end - i.start)
             .unwrap_or(0);
         let dense = lin.weight().dense().cloned();
-        if let Some(w) = dense.filter(|_| prequantized.is_none()) {
-            let new = match precision {
-                WeightPrecision::F32 => None,
-                WeightPrecision::F16 | WeightPrecision::Bf16 => {
-                    let dt = if precision == WeightPrecision::F16 {
-                        aria_core::DType::F16
+        let Some(w) = dense.filter(|_| prequantized.is_none()) else {
+            continue;
+        };
+        let new = match precision {
+            WeightPrecision::F32 => None,
+            WeightPrecision::F16 | WeightPrecision::Bf16 => {
+                let dt = if precision == WeightPrecision::F16 {
+                    aria_core::DType::F16
+                } else {
+                    aria_core::DType::BF16
+                };
+                (w.dtype() != dt).then(|| w.to_dtype(dt).map(Weight::Dense).map_err(Error::from))
+            }
+            _ => {
+                if let Some(format) = precision.policy().and_then(|p| p.format_for(&key, shape)) {
+                    let weight = if w.rank() == 3 {
+                        w.reshape(&shape)?
                     } else {
-                        aria_core::DType::BF16
+                        w.clone()
                     };
-                    (w.dtype() != dt)
-                        .then(|| w.to_dtype(dt).map(Weight::Dense).map_err(Error::from))
+                    jobs.push((
+                        i,
+                        spill::Job {
+                            key: key.clone(),
+                            weight,
+                            format,
+                        },
+                    ));
                 }
-                _ => precision
-                    .policy()
-                    .and_then(|p| p.format_for(&key, shape))
-                    .map(|f| {
-                        let m = PackedMatrix::quantize(&key, &w, f).map_err(qerr)?;
-                        let m = if w8a8 && f == Format::Q8_0 {
-                            m.with_compute(Compute::W8A8).map_err(qerr)?
-                        } else {
-                            m
-                        };
-                        Ok(Weight::Packed(Arc::new(m)))
-                    }),
-            };
-            if let Some(new) = new {
-                drop(w);
-                lin.set_weight(new?)?;
-                if weights.contains(&key) {
-                    rep.released_bytes += weights.release(&key)?;
-                }
+                None
+            }
+        };
+        if let Some(new) = new {
+            drop(w);
+            lin.set_weight(new?)?;
+            if weights.contains(&key) {
+                rep.released_bytes += weights.release(&key)?;
             }
         }
+    }
+    if !jobs.is_empty() {
+        let list: Vec<spill::Job> = jobs
+            .iter()
+            .map(|(_, j)| spill::Job {
+                key: j.key.clone(),
+                weight: j.weight.clone(),
+                format: j.format,
+            })
+            .collect();
+        let mut released = 0usize;
+        let mut release = |k: usize| -> Result<()> {
+            let key = &list[k].key;
+            if weights.contains(key) {
+                released += weights.release(key)?;
+            }
+            Ok(())
+        };
+        let packed = match spill::pack(&list, &std::env::temp_dir(), &mut release) {
+            Ok(v) => {
+                rep.spilled = true;
+                v
+            }
+            Err(_) => list
+                .iter()
+                .enumerate()
+                .map(|(k, j)| {
+                    let m = PackedMatrix::quantize(&j.key, &j.weight, j.format).map_err(qerr)?;
+                    release(k)?;
+                    Ok(m)
+                })
+                .collect::<Result<Vec<_>>>()?,
+        };
+        rep.released_bytes += released;
+        drop(list);
+        let mut lins = dit.linears_mut();
+        for ((i, j), m) in jobs.into_iter().zip(packed) {
+            let m = if w8a8 && j.format == Format::Q8_0 {
+                m.with_compute(Compute::W8A8).map_err(qerr)?
+            } else {
+                m
+            };
+            drop(j);
+            lins[i].set_weight(Weight::Packed(Arc::new(m)))?;
+        }
+    }
+    for lin in dit.linears() {
         *rep.kinds.entry(lin.weight().kind()).or_default() += 1;
         rep.held_bytes += lin.weight().nbytes();
     }
@@ -408,6 +476,8 @@ pub(crate) fn prepare_dit(
     Ok(rep)
 }
 
+#[cfg(feature = "quant")]
+mod spill;
 #[cfg(feature = "quant")]
 mod write;
 #[cfg(feature = "quant")]

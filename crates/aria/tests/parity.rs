@@ -4,7 +4,9 @@
 #![allow(clippy::unwrap_used)]
 
 use aria::discover::{resolve_model, SearchPaths};
-use aria::pipeline::{GenerateRequest, InitAudio, Inpaint, LoadOptions, Pipeline, SameNoise};
+use aria::pipeline::{
+    GenerateRequest, InitAudio, Inpaint, LoadOptions, Pipeline, Precision, SameNoise,
+};
 use aria::{AudioClip, ReplayNoise, SamplerKind};
 use aria_core::{Tensor, WeightLoader};
 use aria_dit::conditioner::Conditioning;
@@ -20,6 +22,8 @@ fn pipeline(folder: &str, same_noise: Option<SameNoise>) -> Option<Pipeline> {
             &files,
             &LoadOptions {
                 same_noise,
+                // The replay of the reference's bf16 text encoder (the default is f32).
+                text_precision: Some(Precision::Bf16),
                 ..Default::default()
             },
         )

@@ -6,7 +6,7 @@
 
 use aria::discover::{resolve_model, SearchPaths};
 use aria::noise::RecordingNoise;
-use aria::pipeline::{GenerateRequest, LoadOptions, Pipeline};
+use aria::pipeline::{GenerateRequest, LoadOptions, Pipeline, Precision};
 use aria::SeedGenerator;
 use aria_core::WeightLoader;
 use aria_testing::fixtures::{fixture, rel_err};
@@ -22,7 +22,12 @@ fn seed_123_reproduces_the_reference_generate() {
         return;
     };
     let files = resolve_model(&dir.display().to_string(), &SearchPaths::default()).unwrap();
-    let pipe = Pipeline::load(&files, &LoadOptions::default()).unwrap();
+    // The reference's bf16 text encoder, replayed (the default is f32).
+    let opts = LoadOptions {
+        text_precision: Some(Precision::Bf16),
+        ..Default::default()
+    };
+    let pipe = Pipeline::load(&files, &opts).unwrap();
     let w = WeightLoader::open(&[&file]).unwrap();
 
     let mut req = GenerateRequest::new("warm ambient pad", 0.1);

@@ -17,12 +17,10 @@ use aria_codec::{Autoencoder, AutoencoderConfig, NoiseSource, ReplayNoise as Cod
 use aria_core::wgpu::WgpuBackend;
 use aria_core::{DType, Device, Tensor, WeightLoader};
 use aria_dit::config::ModelConfig;
-use aria_dit::dit::{Dit, DitConditioning};
-use aria_dit::sampler::{
-    sample, Guidance, GuidedDit, GuidedOptions, ReplayNoise, SampleOptions, SamplerKind, Schedule,
-};
+use aria_dit::dit::Dit;
 use aria_dit::t5gemma::{Precision, T5GemmaEncoder};
 use aria_testing::fixtures::{fixture, fixture_tensors, rel_err};
+use aria_testing::sampler::SamplerReplay;
 
 const TOL: f32 = 1e-4;
 
@@ -134,40 +132,11 @@ fn dit_forward_on_wgpu() {
 }
 
 /// The 8-step ping-pong sample of `folder`'s fixture with every input on `dev`: the final
-/// latents (still on `dev`) and the sampler's wall time.
+/// latents (still on `dev`) and the sampler's wall time (the uploads before it not counted).
 fn run_sample(dit: &Dit, w: &WeightLoader, dev: &Device) -> (Tensor, std::time::Duration) {
-    let put = |t: Tensor| dev.put(&t).unwrap();
-    let s = |n: &str| get(w, &format!("in.sampler.{n}"));
-    let (cross, global, local, mask) = (
-        put(s("cond.cross_attn_cond")),
-        put(s("cond.global_cond")),
-        put(s("cond.local_add_cond")),
-        put(s("padding_mask")),
-    );
-    let draws = (0..8).map(|i| put(s(&format!("step_noise_{i}")))).collect();
-    let cond = DitConditioning {
-        cross_attn_cond: &cross,
-        global_cond: &global,
-        local_add_cond: Some(&local),
-    };
-    let opts = GuidedOptions {
-        guidance: Guidance::default(),
-        ..Default::default()
-    };
-    let model = GuidedDit::new(dit, &cond, None, Some(&mask), opts).unwrap();
-    let mut noise = ReplayNoise::new(draws);
-    let x = put(s("init_noise"));
-    let sched = Schedule::from_values(s("sigmas").to_vec_f32().unwrap()).unwrap();
+    let replay = SamplerReplay::load(w, dev);
     let t0 = std::time::Instant::now();
-    let fin = sample(
-        &model,
-        SamplerKind::PingPong,
-        x,
-        &sched,
-        &mut noise,
-        SampleOptions::default(),
-    )
-    .unwrap();
+    let fin = replay.ping_pong(dit, 1.0);
     (fin, t0.elapsed())
 }
 
@@ -303,6 +272,8 @@ fn e2e_pipeline_on_wgpu() {
         let files = resolve_model(&dir.display().to_string(), &SearchPaths::default()).unwrap();
         let opts = LoadOptions {
             device: DeviceKind::Wgpu,
+            // The reference's bf16 text encoder, replayed (on the CPU; the default is f32).
+            text_precision: Some(Precision::Bf16),
             ..Default::default()
         };
         let pipe = Pipeline::load(&files, &opts).unwrap();

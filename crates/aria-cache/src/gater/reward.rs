@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use crate::{CacheError, Result};
+use crate::Result;
 
 /// Eq. 3: `r = α·ΔE + (1 − α)·Q̃`.
 pub fn reward(alpha: f64, delta_e: f64, q_tilde: f64) -> f64 {
@@ -120,8 +120,9 @@ pub trait QualityScore: Send + Sync {
     fn score(&self, x: &QualityInput<'_>) -> Result<f64>;
 }
 
-/// The default [`QualityScore`]: the cosine between the result's audio embedding and the prompt
-/// embedding where the embedder has an audio side (CLAP-like), else [`proxy_quality`].
+/// The default [`QualityScore`]: the cache manager's `Q` where the embedder has an audio side
+/// (CLAP-like; [`embedding_quality`](crate::manager::embedding_quality), the cosine between the
+/// result's audio embedding and the prompt embedding), else [`proxy_quality`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DefaultQuality;
 
@@ -132,22 +133,7 @@ impl QualityScore for DefaultQuality {
 
     fn score(&self, x: &QualityInput<'_>) -> Result<f64> {
         match x.audio {
-            Some(a) => {
-                crate::index::check_dim("result audio embedding", x.prompt.len(), a.len())?;
-                let (mut d, mut na, mut nb) = (0f64, 0f64, 0f64);
-                for (p, q) in x.prompt.iter().zip(a) {
-                    d += f64::from(*p) * f64::from(*q);
-                    na += f64::from(*p) * f64::from(*p);
-                    nb += f64::from(*q) * f64::from(*q);
-                }
-                if !(na > 0.0 && nb > 0.0) {
-                    return Err(CacheError::Invalid {
-                        name: "quality embeddings".into(),
-                        reason: "a zero vector has no cosine".into(),
-                    });
-                }
-                Ok(d / (na.sqrt() * nb.sqrt()))
-            }
+            Some(a) => crate::manager::embedding_quality(x.prompt, a),
             None => Ok(proxy_quality(x.s_pos, x.sigma_start)),
         }
     }

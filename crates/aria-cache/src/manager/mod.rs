@@ -44,7 +44,7 @@ mod refine;
 
 use std::collections::{BTreeSet, HashMap};
 
-pub use quality::{quality, tonality, QUALITY};
+pub use quality::{embedding_quality, quality, tonality, QUALITY};
 pub use refine::{RefineConfig, RefineStats, Refiner, RequestGuard, ATTEMPTS_KEY};
 
 use crate::store::{NewEntry, Store, IMPORTANCE_DECAY_PER_HOUR};

@@ -7,10 +7,15 @@
 //! of 1 024 samples, half overlapping, at most 48 spread over the clip). White noise scores near
 //! 0, a steady tone near 1, silence 0. It tells structured audio from noise; it says nothing
 //! about whether the clip fits the prompt.
+//!
+//! The embedder side of `Q`, [`embedding_quality`], is also the default `Q_t` of the gater's
+//! reward ([`DefaultQuality`](crate::gater::DefaultQuality)), which falls back to its own proxy
+//! where no audio embedding exists.
 
 use realfft::RealFftPlanner;
 
 use crate::store::Audio;
+use crate::{CacheError, Result};
 
 /// Name of `Q` among an entry's quality scores.
 pub const QUALITY: &str = "q";
@@ -18,11 +23,34 @@ pub const QUALITY: &str = "q";
 const FRAME: usize = 1024;
 const MAX_FRAMES: usize = 48;
 
-/// `Q` of a clip: `audio_vec · prompt_vec` when the embedder has an audio side (both unit
-/// vectors), else [`tonality`].
+/// `Q` with an audio embedder (CLAP-like): the cosine between the audio embedding and the
+/// prompt embedding, accumulated in f64.
+///
+/// Errors: [`CacheError::Dim`] when the two differ in length, [`CacheError::Invalid`] when
+/// either is a zero vector (it has no cosine).
+pub fn embedding_quality(prompt_vec: &[f32], audio_vec: &[f32]) -> Result<f64> {
+    crate::index::check_dim("audio embedding", prompt_vec.len(), audio_vec.len())?;
+    let (mut d, mut na, mut nb) = (0f64, 0f64, 0f64);
+    for (p, q) in prompt_vec.iter().zip(audio_vec) {
+        d += f64::from(*p) * f64::from(*q);
+        na += f64::from(*p) * f64::from(*p);
+        nb += f64::from(*q) * f64::from(*q);
+    }
+    if !(na > 0.0 && nb > 0.0) {
+        return Err(CacheError::Invalid {
+            name: "quality embeddings".into(),
+            reason: "a zero vector has no cosine".into(),
+        });
+    }
+    Ok(d / (na.sqrt() * nb.sqrt()))
+}
+
+/// `Q` of a clip: [`embedding_quality`] when the embedder has an audio side, else
+/// [`tonality`]. An audio embedding that has no cosine with the prompt's (a zero vector, or
+/// one of another dimension) scores 0.
 pub fn quality(prompt_vec: &[f32], audio_vec: Option<&[f32]>, audio: &Audio) -> f32 {
     match audio_vec {
-        Some(v) => v.iter().zip(prompt_vec).map(|(a, b)| a * b).sum(),
+        Some(v) => embedding_quality(prompt_vec, v).map_or(0.0, |q| q as f32),
         None => tonality(audio),
     }
 }
@@ -103,8 +131,10 @@ mod tests {
         assert!(qt > 0.95, "tone {qt}");
         assert_eq!(tonality(&Audio::new(vec![0.0; 500], 1, sr).unwrap()), 0.0);
         let v = [0.6f32, 0.8];
-        assert!(
-            (quality(&v, Some(&v), &Audio::new(vec![0.0; 4], 1, sr).unwrap()) - 1.0).abs() < 1e-6
-        );
+        let silence = Audio::new(vec![0.0; 4], 1, sr).unwrap();
+        assert!((quality(&v, Some(&v), &silence) - 1.0).abs() < 1e-6);
+        assert_eq!(quality(&v, Some(&[0.0, 0.0]), &silence), 0.0);
+        assert_eq!(quality(&v, Some(&[1.0]), &silence), 0.0);
+        assert!(embedding_quality(&v, &[0.8, -0.6]).unwrap().abs() < 1e-7);
     }
 }

@@ -26,13 +26,16 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use postgres::fallible_iterator::FallibleIterator;
-use postgres::{Client, Config, NoTls, Row, Transaction};
+use postgres::{Client, Row, Transaction};
 
 use super::{
     decayed_importance, now_ms, Audio, Change, Entry, NewEntry, Store, StoreStats, StoredLatents,
 };
 use crate::{CacheError, Result};
+
+pub mod conn;
+
+pub use conn::PgTarget;
 
 /// The schema version this code writes.
 const SCHEMA_VERSION: i32 = 1;
@@ -148,43 +151,6 @@ fn to_i64(name: &str, v: u64) -> Result<i64> {
     })
 }
 
-/// `postgres://user@host:port/db` of a configuration, without its password.
-fn describe(cfg: &Config) -> String {
-    let user = cfg.get_user().map(|u| format!("{u}@")).unwrap_or_default();
-    let host = match cfg.get_hosts().first() {
-        Some(postgres::config::Host::Tcp(h)) => h.clone(),
-        #[cfg(unix)]
-        Some(postgres::config::Host::Unix(p)) => p.display().to_string(),
-        None => "localhost".into(),
-    };
-    let port = cfg
-        .get_ports()
-        .first()
-        .map(|p| format!(":{p}"))
-        .unwrap_or_default();
-    let db = cfg.get_dbname().unwrap_or_default();
-    format!("postgres://{user}{host}{port}/{db}")
-}
-
-fn parse_config(url: &str) -> Result<Config> {
-    let mut cfg: Config = url.parse().map_err(|e| {
-        // The message of a malformed URL never repeats the URL (it may hold a password).
-        CacheError::Store(format!("postgres: invalid connection URL: {e}"))
-    })?;
-    if cfg.get_connect_timeout().is_none() {
-        cfg.connect_timeout(Duration::from_secs(10));
-    }
-    if cfg.get_application_name().is_none() {
-        cfg.application_name("aria-cache");
-    }
-    Ok(cfg)
-}
-
-fn connect(cfg: &Config, location: &str) -> Result<Client> {
-    cfg.connect(NoTls)
-        .map_err(|e| CacheError::Store(format!("{location}: cannot connect: {e}")))
-}
-
 /// Advances the counter (locking its row until commit) and returns the new version.
 fn bump(t: &mut Transaction<'_>) -> std::result::Result<i64, postgres::Error> {
     let v: i64 = t
@@ -215,9 +181,8 @@ fn log(
 /// database.
 pub struct PostgresStore {
     client: Mutex<Client>,
-    cfg: Config,
+    target: PgTarget,
     location: String,
-    schema: Option<String>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -241,42 +206,18 @@ impl PostgresStore {
     /// that several caches share one database. `schema` is a plain identifier (ASCII letters,
     /// digits, `_`; not starting with a digit).
     pub fn open_in_schema(url: &str, schema: &str) -> Result<PostgresStore> {
-        let plain = !schema.is_empty()
-            && schema.len() <= 63
-            && !schema.starts_with(|c: char| c.is_ascii_digit())
-            && schema
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-        if !plain {
-            return Err(CacheError::Invalid {
-                name: "schema".into(),
-                reason: format!(
-                    "`{schema}` is not a plain lowercase identifier (a-z, 0-9, _; at most 63)"
-                ),
-            });
-        }
         Self::open_with(url, Some(schema))
     }
 
     fn open_with(url: &str, schema: Option<&str>) -> Result<PostgresStore> {
-        let mut cfg = parse_config(url)?;
-        let mut location = describe(&cfg);
-        if let Some(schema) = schema {
-            let opts = cfg.get_options().unwrap_or_default();
-            let opts = format!("{opts} -c search_path={schema}");
-            cfg.options(opts.trim_start());
-            location = format!("{location} (schema {schema})");
-        }
-        let mut client = connect(&cfg, &location)?;
+        let target = PgTarget::parse(url, "aria-cache", schema)?;
+        let location = target.location().to_string();
+        let mut client = target.connect()?;
         let ctx = |e: postgres::Error| CacheError::Store(format!("{location}: schema: {e}"));
         let mut t = client.transaction().map_err(ctx)?;
-        t.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
+        target
+            .create_tables(&mut t, SCHEMA_LOCK, SCHEMA)
             .map_err(ctx)?;
-        if let Some(schema) = schema {
-            t.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
-                .map_err(ctx)?;
-        }
-        t.batch_execute(SCHEMA).map_err(ctx)?;
         t.execute(
             "INSERT INTO cache_meta (id, schema_version, version) VALUES (1, $1, 0) \
              ON CONFLICT (id) DO NOTHING",
@@ -295,24 +236,21 @@ impl PostgresStore {
         t.commit().map_err(ctx)?;
         Ok(PostgresStore {
             client: Mutex::new(client),
-            cfg,
+            target,
             location,
-            schema: schema.map(str::to_string),
         })
     }
 
     /// Drops the schema this store was opened in ([`PostgresStore::open_in_schema`]) with
     /// every table in it, entries and state included. Refused for a store opened without one.
     pub fn drop_schema(self) -> Result<()> {
-        let Some(schema) = self.schema.clone() else {
+        let Some(sql) = self.target.drop_schema_sql() else {
             return Err(CacheError::Store(format!(
                 "{}: opened without a schema of its own; nothing to drop",
                 self.location
             )));
         };
-        self.conn()?
-            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-            .map_err(err)
+        self.conn()?.batch_execute(&sql).map_err(err)
     }
 
     /// The connection, reconnecting when the previous one was closed (a server restart).
@@ -321,7 +259,7 @@ impl PostgresStore {
             CacheError::Store(format!("{}: connection lock poisoned", self.location))
         })?;
         if c.is_closed() {
-            *c = connect(&self.cfg, &self.location)?;
+            *c = self.target.connect()?;
         }
         Ok(c)
     }
@@ -392,7 +330,7 @@ impl PostgresStore {
 
     /// A [`Listener`] on this store's database.
     pub fn listener(&self) -> Result<Listener> {
-        Listener::with_config(&self.cfg, &self.location)
+        Listener::on(&self.target)
     }
 }
 
@@ -800,31 +738,19 @@ impl std::fmt::Debug for Listener {
 impl Listener {
     /// Connects to `url` and listens.
     pub fn connect(url: &str) -> Result<Listener> {
-        let cfg = parse_config(url)?;
-        Self::with_config(&cfg, &describe(&cfg))
+        Self::on(&PgTarget::parse(url, "aria-cache", None)?)
     }
 
-    fn with_config(cfg: &Config, location: &str) -> Result<Listener> {
-        let mut client = connect(cfg, location)?;
-        client
-            .batch_execute(&format!("LISTEN {CHANNEL}"))
-            .map_err(|e| CacheError::Store(format!("{location}: LISTEN {CHANNEL}: {e}")))?;
-        Ok(Listener { client })
+    fn on(target: &PgTarget) -> Result<Listener> {
+        Ok(Listener {
+            client: target.listen(CHANNEL)?,
+        })
     }
 
     /// Waits up to `timeout` for a notification; returns the highest version announced
     /// (draining every pending one), or `None` on timeout.
     pub fn wait(&mut self, timeout: Duration) -> Result<Option<u64>> {
-        let mut n = self.client.notifications();
-        let first = n.timeout_iter(timeout).next().map_err(err)?;
-        let Some(first) = first else {
-            return Ok(None);
-        };
-        let mut best = first.payload().parse::<u64>().unwrap_or(0);
-        let mut more = n.iter();
-        while let Some(x) = more.next().map_err(err)? {
-            best = best.max(x.payload().parse::<u64>().unwrap_or(0));
-        }
-        Ok(Some(best))
+        let payloads = conn::wait_notifications(&mut self.client, timeout).map_err(err)?;
+        Ok(payloads.iter().map(|p| p.parse::<u64>().unwrap_or(0)).max())
     }
 }

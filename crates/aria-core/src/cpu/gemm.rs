@@ -242,12 +242,83 @@ pub(crate) fn gemm(
     b: &BSrc<'_>,
     c: &mut [f32],
 ) {
+    gemm_with(isa, m, n, k, a, lda, b, None, None, c);
+}
+
+/// B of a product packed once for many calls: every column block's panels for every KC slab,
+/// in the layout [`gemm`] packs into (so that a product with it is bit-identical to one
+/// without). Weights are constant, so a layer can keep this next to its weight.
+pub(crate) struct PackedB {
+    isa: Isa,
+    n: usize,
+    k: usize,
+    data: Vec<f32>,
+}
+
+impl std::fmt::Debug for PackedB {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PackedB({:?}, K {}, N {})", self.isa, self.k, self.n)
+    }
+}
+
+impl PackedB {
+    /// Pack `B[0..k][0..n]` for the micro-kernel of `isa` (on the current rayon pool).
+    pub(crate) fn new(isa: Isa, b: &BSrc<'_>, n: usize, k: usize) -> PackedB {
+        let nr = panel_width(isa);
+        let (nt, nslabs) = (n.div_ceil(NB), k.div_ceil(KC));
+        let mut data = vec![0f32; nt * nslabs * (NB / nr) * KC * nr];
+        if !data.is_empty() {
+            data.par_chunks_mut((NB / nr) * KC * nr)
+                .enumerate()
+                .for_each_init(Vec::new, |tmp, (idx, slab)| {
+                    let (ni, s) = (idx / nslabs, idx % nslabs);
+                    let (n0, k0) = (ni * NB, s * KC);
+                    let (nb, kc) = (NB.min(n - n0), KC.min(k - k0));
+                    b.pack_slab(nr, k0, kc, n0, nb, slab, tmp);
+                });
+        }
+        PackedB { isa, n, k, data }
+    }
+
+    /// Whether these panels serve a `K × N` product on `isa`.
+    pub(crate) fn fits(&self, isa: Isa, n: usize, k: usize) -> bool {
+        self.isa == isa && self.n == n && self.k == k
+    }
+
+    /// Bytes held.
+    pub(crate) fn nbytes(&self) -> usize {
+        self.data.len() * 4
+    }
+}
+
+/// [`gemm`] with B's panels packed in advance (`panels`, which must [`PackedB::fits`] this
+/// product; B is then not read) and `bias[j]` added to every output of column `j` (after the
+/// K-sum: `c = Σ + b`, as adding it to the product afterwards would).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_with(
+    isa: Isa,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    b: &BSrc<'_>,
+    panels: Option<&PackedB>,
+    bias: Option<&[f32]>,
+    c: &mut [f32],
+) {
     let c = &mut c[..m * n];
+    let panels = panels.filter(|p| p.fits(isa, n, k));
     if m == 0 || n == 0 {
         return;
     }
     if k == 0 {
-        c.fill(0.0);
+        for row in c.chunks_exact_mut(n) {
+            match bias {
+                Some(bv) => row.copy_from_slice(&bv[..n]),
+                None => row.fill(0.0),
+            }
+        }
         return;
     }
     // Up to two row blocks' worth of rows run as one block when there are enough column tasks
@@ -266,19 +337,10 @@ pub(crate) fn gemm(
     let nr = panel_width(isa);
     let nslabs = k.div_ceil(KC);
     let per_block = nslabs * (NB / nr) * KC * nr;
-    let pre: Option<Vec<f32>> =
-        (mt >= PREPACK_MIN_BLOCKS && nt * per_block <= PREPACK_MAX).then(|| {
-            let mut v = vec![0f32; nt * per_block];
-            v.par_chunks_mut((NB / nr) * KC * nr)
-                .enumerate()
-                .for_each_init(Vec::new, |tmp, (idx, slab)| {
-                    let (ni, s) = (idx / nslabs, idx % nslabs);
-                    let (n0, k0) = (ni * NB, s * KC);
-                    let (nb, kc) = (NB.min(n - n0), KC.min(k - k0));
-                    b.pack_slab(nr, k0, kc, n0, nb, slab, tmp);
-                });
-            v
-        });
+    let own: Option<PackedB> =
+        (panels.is_none() && mt >= PREPACK_MIN_BLOCKS && nt * per_block <= PREPACK_MAX)
+            .then(|| PackedB::new(isa, b, n, k));
+    let pre = panels.or(own.as_ref()).map(|p| &p.data[..]);
     let blocks: Vec<(usize, usize, Vec<f32>)> = (0..mt * nt)
         .into_par_iter()
         .map(|t| {
@@ -286,19 +348,30 @@ pub(crate) fn gemm(
             let (m0, n0) = (mi * mbs, ni * NB);
             let (mb, nb) = (mbs.min(m - m0), NB.min(n - n0));
             let mut cl = vec![0f32; mb * nb];
-            let packed = pre
-                .as_deref()
-                .map(|v| &v[ni * per_block..(ni + 1) * per_block]);
+            let packed = pre.map(|v| &v[ni * per_block..(ni + 1) * per_block]);
             block(isa, mb, nb, k, &a[m0 * lda..], lda, b, n0, packed, &mut cl);
             (m0, n0, cl)
         })
         .collect();
-    for (m0, n0, cl) in blocks {
-        let nb = NB.min(n - n0);
-        for (r, row) in cl.chunks_exact(nb).enumerate() {
-            c[(m0 + r) * n + n0..(m0 + r) * n + n0 + nb].copy_from_slice(row);
-        }
-    }
+    // Rows of C gathered from the blocks (in parallel), with the bias added.
+    c.par_chunks_mut(n)
+        .with_min_len(8)
+        .enumerate()
+        .for_each(|(r, row)| {
+            let (mi, rr) = (r / mbs, r % mbs);
+            for (_, n0, cl) in &blocks[mi * nt..(mi + 1) * nt] {
+                let nb = NB.min(n - n0);
+                let (dst, src) = (&mut row[*n0..n0 + nb], &cl[rr * nb..(rr + 1) * nb]);
+                match bias {
+                    Some(bv) => {
+                        for ((d, s), b) in dst.iter_mut().zip(src).zip(&bv[*n0..n0 + nb]) {
+                            *d = s + b;
+                        }
+                    }
+                    None => dst.copy_from_slice(src),
+                }
+            }
+        });
 }
 
 /// One output block `C[mb, nb]` (row-major, `ldc = nb`) for B columns `n0..n0 + nb`. `packed`
@@ -546,6 +619,50 @@ mod tests {
                     &mut got,
                 );
                 assert_eq!(got, want, "{isa:?} {d} unaligned");
+            }
+        }
+    }
+
+    /// A product with panels packed in advance and a fused bias is bit-identical to the plain
+    /// product with the bias added afterwards, on every path, for one and several row blocks,
+    /// partial column blocks and K slabs; panels that do not fit the product are ignored.
+    #[test]
+    fn prepacked_panels_and_bias_bit_identical() {
+        for (m, n, k) in [(1, 19, 5), (7, 300, 300), (250, 140, 257), (1000, 33, 70)] {
+            let a: Vec<f32> = (0..m * k)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+                .collect();
+            let w: Vec<f32> = (0..n * k)
+                .map(|i| ((i * 53 % 97) as f32 - 48.0) / 48.0)
+                .collect();
+            let bias: Vec<f32> = (0..n).map(|j| j as f32 * 0.37 - 3.0).collect();
+            let src = BSrc::Nk(WData::F32(&w), k);
+            for isa in Isa::available() {
+                let mut want = vec![0f32; m * n];
+                gemm(isa, m, n, k, &a, k, &src, &mut want);
+                let mut want_b = want.clone();
+                for row in want_b.chunks_exact_mut(n) {
+                    for (o, b) in row.iter_mut().zip(&bias) {
+                        *o += b;
+                    }
+                }
+                let p = PackedB::new(isa, &src, n, k);
+                assert!(p.fits(isa, n, k) && !p.fits(isa, n + 1, k));
+                let none = BSrc::Kn(&[], 0);
+                let mut got = vec![f32::NAN; m * n];
+                gemm_with(isa, m, n, k, &a, k, &none, Some(&p), None, &mut got);
+                assert_eq!(got, want, "{isa:?} {m}x{n}x{k} prepacked");
+                let mut got = vec![f32::NAN; m * n];
+                gemm_with(isa, m, n, k, &a, k, &none, Some(&p), Some(&bias), &mut got);
+                assert_eq!(got, want_b, "{isa:?} {m}x{n}x{k} prepacked + bias");
+                let mut got = vec![f32::NAN; m * n];
+                gemm_with(isa, m, n, k, &a, k, &src, None, Some(&bias), &mut got);
+                assert_eq!(got, want_b, "{isa:?} {m}x{n}x{k} bias");
+                // Panels of another shape are not used.
+                let other = PackedB::new(isa, &BSrc::Nk(WData::F32(&w), k - 1), n, k - 1);
+                let mut got = vec![f32::NAN; m * n];
+                gemm_with(isa, m, n, k, &a, k, &src, Some(&other), None, &mut got);
+                assert_eq!(got, want, "{isa:?} {m}x{n}x{k} misfit panels");
             }
         }
     }

@@ -1,9 +1,46 @@
 //! [`Linear`]: `y = x·Wᵀ + b` over any [`Weight`] kind, with run-time adapters.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::weight::{Adapter, Weight};
+use crate::cpu::gemm::PackedB;
 use crate::{ops, CoreError, Device, Result, Tensor, WeightLoader};
+
+/// The weight's panels packed for the CPU matrix product, kept between calls when the layer
+/// asks for it ([`Linear::set_prepack`]). Clones share the packed data.
+#[derive(Default)]
+struct Panels(Mutex<Option<Arc<PackedB>>>);
+
+impl Panels {
+    fn get(&self) -> Option<Arc<PackedB>> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set(&self, p: Option<Arc<PackedB>>) -> Option<Arc<PackedB>> {
+        std::mem::replace(
+            &mut *self.0.lock().unwrap_or_else(PoisonError::into_inner),
+            p,
+        )
+    }
+}
+
+impl Clone for Panels {
+    fn clone(&self) -> Self {
+        Panels(Mutex::new(self.get()))
+    }
+}
+
+impl std::fmt::Debug for Panels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.get() {
+            Some(p) => write!(f, "{p:?}"),
+            None => write!(f, "none"),
+        }
+    }
+}
 
 /// Whether a layer has a bias (`<key>.bias` in the checkpoint).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +67,8 @@ pub struct Linear {
     stored_shape: Vec<usize>,
     adapters: Vec<(Arc<dyn Adapter>, f32)>,
     merged: Option<Tensor>,
+    prepack: bool,
+    panels: Panels,
 }
 
 fn shape_err(name: &str, reason: String) -> CoreError {
@@ -84,6 +123,8 @@ impl Linear {
             stored_shape,
             adapters: Vec::new(),
             merged: None,
+            prepack: false,
+            panels: Panels::default(),
         })
     }
 
@@ -115,6 +156,8 @@ impl Linear {
             stored_shape: vec![out, inn],
             adapters: Vec::new(),
             merged: None,
+            prepack: false,
+            panels: Panels::default(),
         })
     }
 
@@ -190,6 +233,7 @@ impl Linear {
 
     fn refresh(&mut self) -> Result<()> {
         self.merged = None;
+        self.panels.set(None);
         if self.adapters.is_empty() {
             return Ok(());
         }
@@ -230,6 +274,7 @@ impl Linear {
 
     /// Move the weight and bias to `device` (dense weights only; adapters are re-applied there).
     pub fn to_device(&mut self, device: &Device) -> Result<()> {
+        self.panels.set(None);
         if let Weight::Dense(w) = &self.weight {
             self.weight = Weight::Dense(device.put(w)?);
         } else if !device.is_cpu() {
@@ -250,18 +295,44 @@ impl Linear {
     /// Drop the resident pages of the weight and bias where they are borrowed from a
     /// memory-mapped file (see [`Tensor::release_pages`]), for a layer that is not needed
     /// for a while; they read back from the file on the next [`Linear::forward`]. Adapted
-    /// matrices and owned weights are untouched. Returns the bytes released.
+    /// matrices and owned weights are untouched; panels kept by [`Linear::set_prepack`] are
+    /// dropped (and packed again on the next forward). Returns the bytes released.
     pub fn release_pages(&self) -> Result<usize> {
         let b = match &self.bias {
             Some(b) => b.release_pages()?,
             None => 0,
         };
-        Ok(self.weight.release_pages()? + b)
+        let p = self.panels.set(None).map_or(0, |p| p.nbytes());
+        Ok(self.weight.release_pages()? + b + p)
+    }
+
+    /// Keep the dense weight packed for the CPU matrix product after the first
+    /// [`Linear::forward`] on the CPU (`true`), instead of packing it in every call (`false`, the
+    /// default): for layers run many times, such as a diffusion model's at every sampler step.
+    /// The packed copy is f32, as large as the weight in f32; it is dropped when the weight,
+    /// adapters or device change, and by [`Linear::release_pages`]. Results are bit-identical
+    /// either way.
+    pub fn set_prepack(&mut self, on: bool) {
+        self.prepack = on;
+        if !on {
+            self.panels.set(None);
+        }
     }
 
     /// `x·Wᵀ + b` for `x [.., in]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         if let Some(w) = self.effective_weight() {
+            if self.prepack && x.device().is_cpu() {
+                let p = match self.panels.get() {
+                    Some(p) => Some(p),
+                    None => {
+                        let p = ops::pack_weight(w)?.map(Arc::new);
+                        self.panels.set(p.clone());
+                        p
+                    }
+                };
+                return ops::linear_with(x, w, self.bias.as_ref(), p.as_deref());
+            }
             return ops::linear(x, w, self.bias.as_ref());
         }
         let Weight::Packed(p) = &self.weight else {
@@ -276,5 +347,61 @@ impl Linear {
             }
         }
         Ok(y)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(n: usize, shape: &[usize], seed: usize) -> Tensor {
+        let v: Vec<f32> = (0..n)
+            .map(|i| (((i * 37 + seed * 11) % 101) as f32 - 50.0) / 50.0)
+            .collect();
+        Tensor::from_vec(v, shape).expect("tensor")
+    }
+
+    /// A layer that keeps its packed panels gives the same bits as one that packs in every
+    /// call, on every run; replacing the weight drops the panels (the new weight is used).
+    #[test]
+    fn prepack_bit_identical_and_follows_weight() {
+        let (m, k, n) = (13, 70, 40);
+        let x = t(m * k, &[m, k], 1);
+        let w = Weight::Dense(t(n * k, &[n, k], 2));
+        let b = Some(t(n, &[n], 3));
+        let plain = Linear::new("l", w.clone(), b.clone()).expect("layer");
+        let mut packed = plain.clone();
+        packed.set_prepack(true);
+        let want = plain.forward(&x).expect("plain").to_vec_f32().expect("vec");
+        for _ in 0..2 {
+            let got = packed
+                .forward(&x)
+                .expect("packed")
+                .to_vec_f32()
+                .expect("vec");
+            assert_eq!(got, want);
+        }
+        assert!(packed.panels.get().is_some(), "panels kept after a forward");
+        let w2 = Weight::Dense(t(n * k, &[n, k], 4));
+        packed.set_weight(w2.clone()).expect("set weight");
+        let mut plain2 = plain.clone();
+        plain2.set_weight(w2).expect("set weight");
+        let want2 = plain2
+            .forward(&x)
+            .expect("plain")
+            .to_vec_f32()
+            .expect("vec");
+        assert_ne!(want2, want);
+        let got2 = packed
+            .forward(&x)
+            .expect("packed")
+            .to_vec_f32()
+            .expect("vec");
+        assert_eq!(got2, want2);
+        assert!(packed.release_pages().expect("release") > 0);
+        assert!(
+            packed.panels.get().is_none(),
+            "release_pages drops the panels"
+        );
     }
 }

@@ -3,7 +3,7 @@ use rayon::prelude::*;
 use super::route;
 use super::{f32_data, require_float};
 use crate::backend::Op;
-use crate::cpu::gemm::{gemm, BSrc, WData};
+use crate::cpu::gemm::{gemm, gemm_with, BSrc, PackedB, WData};
 use crate::{cpu, threads, CoreError, Result, Tensor};
 
 /// Check the shapes of a [`linear`] call (`x [.., K]`, `w [N, K]`, `b [N]`) and return
@@ -40,6 +40,33 @@ pub fn linear_dims(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<(usize,
 /// cost no extra memory; each output is `Σ_k x·w` accumulated in K order (FMA on SIMD paths)
 /// plus the bias.
 pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    linear_with(x, w, b, None)
+}
+
+/// The weight `w [N, K]` of a linear layer packed for the CPU matrix product of the current
+/// path (`None` for a tensor on a device backend, or not a rank-2 float tensor).
+pub(crate) fn pack_weight(w: &Tensor) -> Result<Option<PackedB>> {
+    let ws = w.shape();
+    if !w.device().is_cpu() || ws.len() != 2 || require_float("linear", w).is_err() {
+        return Ok(None);
+    }
+    let (n, k) = (ws[0], ws[1]);
+    let wc = w.contiguous()?;
+    let wd = WData::of("linear", &wc)?;
+    let isa = cpu::current();
+    Ok(Some(threads::install(|| {
+        PackedB::new(isa, &BSrc::Nk(wd, k), n, k)
+    })))
+}
+
+/// [`linear`] with the weight's panels packed in advance by [`pack_weight`] (used when they fit
+/// the product and the path; the result is bit-identical to [`linear`]'s).
+pub(crate) fn linear_with(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    panels: Option<&PackedB>,
+) -> Result<Tensor> {
     route!(
         "linear",
         [x, w, b],
@@ -54,21 +81,35 @@ pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
     let xs = x.shape();
     let (m, k, n) = linear_dims(x, w, b)?;
     let xd = f32_data(x)?;
-    let wc = w.contiguous()?;
-    let wd = WData::of("linear", &wc)?;
-    let bd = b.map(f32_data).transpose()?;
     let isa = cpu::current();
+    let bd = b.map(f32_data).transpose()?;
     let mut out = vec![0f32; m * n];
-    threads::install(|| {
-        gemm(isa, m, n, k, &xd, k, &BSrc::Nk(wd, k), &mut out);
-        if let Some(bd) = &bd {
-            out.par_chunks_mut(n.max(1)).for_each(|row| {
-                for (o, b) in row.iter_mut().zip(bd.iter()) {
-                    *o += b;
-                }
-            });
+    match panels.filter(|p| p.fits(isa, n, k)) {
+        Some(p) => threads::install(|| {
+            // B is not read when the panels fit.
+            let none = BSrc::Kn(&[], 0);
+            gemm_with(
+                isa,
+                m,
+                n,
+                k,
+                &xd,
+                k,
+                &none,
+                Some(p),
+                bd.as_deref(),
+                &mut out,
+            )
+        }),
+        None => {
+            let wc = w.contiguous()?;
+            let wd = WData::of("linear", &wc)?;
+            threads::install(|| {
+                let src = BSrc::Nk(wd, k);
+                gemm_with(isa, m, n, k, &xd, k, &src, None, bd.as_deref(), &mut out)
+            })
         }
-    });
+    }
     let mut shape = xs.to_vec();
     *shape.last_mut().unwrap_or(&mut 0) = n;
     Tensor::from_vec(out, &shape)

@@ -27,6 +27,7 @@ pub use fused::{
 };
 pub use layout::unfold;
 pub use linear::{linear, linear_dims, matmul};
+pub(crate) use linear::{linear_with, pack_weight};
 pub use norm::{dyt, layer_norm, rms_norm, RmsStyle};
 pub use pad::pad;
 pub use same::{qkv_heads, rope_table, std_last, HeadNorm};

@@ -1,7 +1,7 @@
 //! `attention` (`attention.wgsl`): full, key-masked (both CPU modes), banded, soft-capped and
 //! differential attention with the CPU op's shape rules.
 
-use super::launch::{Bind, Shader, Uniforms};
+use super::launch::{shader, Bind, Shader, Uniforms};
 use super::linear::u32_of;
 use super::{be_err, WgpuBackend};
 use crate::backend::AttnSpec;
@@ -9,7 +9,7 @@ use crate::ops::KeyMaskMode;
 use crate::storage::Storage;
 use crate::{CoreError, DType, Result, Tensor};
 
-const ATTENTION: Shader = Shader::new("attention.wgsl", include_str!("attention.wgsl"));
+const ATTENTION: Shader = shader!("attention.wgsl", "math.wgsl");
 
 /// The largest head dimension the kernel takes (q/k and v rows live in registers).
 const MAX_HEAD_DIM: usize = 256;

@@ -65,28 +65,6 @@ fn at(off: u32, s: vec4<u32>, b: u32, h: u32, n: u32, c: u32) -> u32 {
     return off + b * s.x + h * s.y + n * s.z + c * s.w;
 }
 
-// tanh: odd Taylor polynomial below 0.55, 1 − 2/(e^{2|x|} + 1) above, ±1 past 9.1.
-fn tanh_f(x: f32) -> f32 {
-    let a = abs(x);
-    if (a < 0.55) {
-        let z = x * x;
-        var t = -1.4558344e-3;
-        t = t * z + 3.592128e-3;
-        t = t * z - 8.863236e-3;
-        t = t * z + 2.1869488e-2;
-        t = t * z - 5.3968254e-2;
-        t = t * z + 0.13333333;
-        t = t * z - 0.33333334;
-        return x + x * z * t;
-    }
-    if (a > 9.1) {
-        return sign(x);
-    }
-    let e = exp(2.0 * a);
-    let r = 1.0 - 2.0 / (e + 1.0);
-    return select(r, -r, x < 0.0);
-}
-
 fn capped(s: f32) -> f32 {
     let t = s * p.scale;
     if (p.softcap > 0.0) {

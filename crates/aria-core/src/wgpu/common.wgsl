@@ -1,12 +1,10 @@
 // Shared definitions, prepended to every shader of the non-GEMM ops (elementwise.wgsl,
-// norm.wgsl, rope.wgsl, fused.wgsl, layout.wgsl, guidance.wgsl, text.wgsl).
+// norm.wgsl, rope.wgsl, fused.wgsl, layout.wgsl, guidance.wgsl, text.wgsl), each time with
+// math.wgsl after it (see `shader!` in launch.rs).
 //
 // `WG` (the workgroup size, from `Knobs::elementwise`) is a constant the launch prepends.
 // Parameters come in one uniform block of 64 u32 words (`pu(i)`, `pf(i)` for f32 bits);
-// element offsets are in elements so that views bind whole buffers. The math functions below
-// are written out (not the WGSL built-ins) wherever the built-in's required accuracy is weaker
-// than the CPU reference needs: WGSL only promises 2^-11 absolute error for `sin`/`cos`, and
-// `tanh` may overflow through `sinh/cosh` on some drivers.
+// element offsets are in elements so that views bind whole buffers.
 
 struct Params {
     v: array<vec4<u32>, 16>,
@@ -31,97 +29,6 @@ fn linear_id(wg: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>) -> u32 {
 // The workgroup's index in a 2-D grid (one workgroup per row for the row kernels).
 fn group_id(wg: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return wg.y * nwg.x + wg.x;
-}
-
-const PI_F32: f32 = 3.14159265358979323846;
-const FRAC_1_SQRT_2: f32 = 0.70710678118654752440;
-const SQRT_2_OVER_PI: f32 = 0.7978846;
-
-fn nan_f32() -> f32 {
-    return bitcast<f32>(0x7fc00000u);
-}
-
-// tanh: a Taylor polynomial (the CPU kernels' coefficients, x³ … x¹⁵) below |x| = 0.55,
-// `1 − 2/(e^{2|x|} + 1)` above, saturating to ±1 (f32 tanh rounds to 1 beyond 9.01).
-fn tanh_f(x: f32) -> f32 {
-    let a = abs(x);
-    if (a < 0.55) {
-        let z = x * x;
-        var p = -1.4558344e-3;
-        p = p * z + 3.592128e-3;
-        p = p * z - 8.863236e-3;
-        p = p * z + 2.1869488e-2;
-        p = p * z - 5.3968254e-2;
-        p = p * z + 0.13333333;
-        p = p * z - 0.33333334;
-        return x + x * z * p;
-    }
-    if (a > 9.1) {
-        return sign(x);
-    }
-    let e = exp(2.0 * a);
-    let t = 1.0 - 2.0 / (e + 1.0);
-    return select(t, -t, x < 0.0);
-}
-
-fn sigmoid_f(x: f32) -> f32 {
-    return 1.0 / (1.0 + exp(-x));
-}
-
-fn silu_f(x: f32) -> f32 {
-    return x / (1.0 + exp(-x));
-}
-
-// erfc(z) with fractional error below 1.2e-7 (Chebyshev fit of the complementary error
-// function), so that `0.5·v·erfc(−v/√2)` keeps its relative accuracy for negative v.
-fn erfc_f(z: f32) -> f32 {
-    let a = abs(z);
-    let t = 1.0 / (1.0 + 0.5 * a);
-    var p = 0.17087277;
-    p = p * t - 0.82215223;
-    p = p * t + 1.48851587;
-    p = p * t - 1.13520398;
-    p = p * t + 0.27886807;
-    p = p * t - 0.18628806;
-    p = p * t + 0.09678418;
-    p = p * t + 0.37409196;
-    p = p * t + 1.00002368;
-    p = p * t - 1.26551223;
-    let r = t * exp(-a * a + p);
-    return select(r, 2.0 - r, z < 0.0);
-}
-
-fn gelu_f(x: f32) -> f32 {
-    return 0.5 * x * erfc_f(-x * FRAC_1_SQRT_2);
-}
-
-fn gelu_tanh_f(x: f32) -> f32 {
-    return 0.5 * x * (1.0 + tanh_f(SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)));
-}
-
-// (sin x, cos x): reduction by π/2 in three parts (exact products for |k| < 2^13, i.e.
-// |x| < ~12 800), then the Cephes minimax polynomials on [−π/4, π/4] (≈1e-7 relative).
-fn sincos_f(x: f32) -> vec2<f32> {
-    let kf = round(x * 0.63661977236758134308);
-    var r = x - kf * 1.5703125;
-    r = r - kf * 4.837512969970703125e-4;
-    r = r - kf * 7.54978995489188216e-8;
-    let z = r * r;
-    let s = r + r * z * (-1.6666654611e-1 + z * (8.3321608736e-3 + z * (-1.9515295891e-4)));
-    let c = 1.0 - 0.5 * z + z * z * (4.166664568298827e-2 + z * (-1.388731625493765e-3 + z * 2.443315711809948e-5));
-    let k = i32(kf) & 3;
-    if (k == 0) {
-        return vec2<f32>(s, c);
-    } else if (k == 1) {
-        return vec2<f32>(c, -s);
-    } else if (k == 2) {
-        return vec2<f32>(-s, -c);
-    }
-    return vec2<f32>(-c, s);
-}
-
-fn sin_f(x: f32) -> f32 {
-    return sincos_f(x).x;
 }
 
 // Decompose linear index `i` of a row-major shape stored at params `shape_at..shape_at+rank`

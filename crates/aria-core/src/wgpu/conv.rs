@@ -1,11 +1,11 @@
 //! `conv1d` (`conv1d.wgsl`): the CPU op's shape rules, weights f32, f16 or bf16.
 
-use super::launch::{Bind, Shader, Uniforms};
+use super::launch::{shader, Bind, Shader, Uniforms};
 use super::linear::{u32_of, weight_code};
 use super::WgpuBackend;
 use crate::{CoreError, DType, Result, Tensor};
 
-const CONV1D: Shader = Shader::new("conv1d.wgsl", include_str!("conv1d.wgsl"));
+const CONV1D: Shader = shader!("conv1d.wgsl", "weights.wgsl");
 
 impl WgpuBackend {
     pub(crate) fn conv1d(

@@ -6,6 +6,7 @@
 // order (as the CPU kernel), with X[r, t] = x[b, ci, t + k − pad] (zero outside). One
 // TILE×TILE workgroup per output tile, workgroup z = batch item.
 // Constants: TILE, WDT (0 f32, 1 f16, 2 bf16).
+// The bindings and `load_w` come first, from weights.wgsl.
 
 struct Params {
     cin: u32,
@@ -18,25 +19,6 @@ struct Params {
     x_off: u32,
     w_off: u32,
     b_off: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<u32>;
-@group(0) @binding(3) var<storage, read> b: array<f32>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
-
-fn load_w(i: u32) -> f32 {
-    if (WDT == 0u) {
-        return bitcast<f32>(w[i]);
-    }
-    let word = w[i >> 1u];
-    let hi = (i & 1u) == 1u;
-    if (WDT == 1u) {
-        let v = unpack2x16float(word);
-        return select(v.x, v.y, hi);
-    }
-    return bitcast<f32>(select(word << 16u, word & 0xffff0000u, hi));
 }
 
 var<workgroup> wt: array<array<f32, TILE>, TILE>;

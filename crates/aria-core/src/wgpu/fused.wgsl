@@ -9,22 +9,6 @@
 @group(0) @binding(5) var<storage, read> st: array<f32>;
 @group(0) @binding(6) var<storage, read> bt: array<f32>;
 
-var<workgroup> red: array<f32, WG>;
-
-fn wg_sum(v: f32, t: u32) -> f32 {
-    red[t] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
-        if (t < s) {
-            red[t] = red[t] + red[t + s];
-        }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
-
 // `h + u ⊙ gate[b]` onto the last Nu tokens, masked rows kept. x = h, g = u, ct = gate (any
 // strides), st = row mask (f32). params: 0 total, 1 n, 2 nu, 3 e, 4 h offset, 5 u offset,
 // 6 has gate, 7 gate offset, 8 gate stride 0, 9 gate stride 1, 10 has mask, 11 mask offset.

@@ -11,22 +11,6 @@
 @group(0) @binding(5) var<storage, read> sig: array<f32>;
 @group(0) @binding(6) var<storage, read> mk: array<f32>;
 
-var<workgroup> red: array<f32, WG>;
-
-fn wg_sum(v: f32, t: u32) -> f32 {
-    red[t] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
-        if (t < s) {
-            red[t] = red[t] + red[t + s];
-        }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
-
 // params: 0 items, 1 c, 2 t, 3 cfg, 4 apg, 5 threshold, 6 masked, 7 x offset, 8 v_cond offset,
 // 9 v_uncond offset, 10 mask offset.
 fn mval(bi: u32, i: u32) -> f32 {

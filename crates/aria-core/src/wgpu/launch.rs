@@ -54,6 +54,20 @@ impl Shader {
     }
 }
 
+/// A [`Shader`] named after `file` whose source is the shared pieces, in order, then `file`
+/// (all WGSL files of this folder, joined at compile time by `concat!(include_str!(…), …)`),
+/// so that each shared piece is written once: `shader!("norm.wgsl", "common.wgsl",
+/// "math.wgsl", "reduce.wgsl")`.
+macro_rules! shader {
+    ($file:literal $(, $piece:literal)* $(,)?) => {
+        $crate::wgpu::launch::Shader::new(
+            $file,
+            concat!($(include_str!($piece),)* include_str!($file)),
+        )
+    };
+}
+pub(crate) use shader;
+
 /// Pipelines are cached by shader file, entry point and constants.
 pub(crate) type PipelineKey = (&'static str, &'static str, Vec<(&'static str, u32)>);
 

@@ -1,10 +1,10 @@
 //! `linear` and `matmul`: tiled products (`linear.wgsl`, `matmul.wgsl`).
 
-use super::launch::{Bind, Shader, Uniforms};
+use super::launch::{shader, Bind, Shader, Uniforms};
 use super::{be_err, WgpuBackend};
 use crate::{CoreError, DType, Result, Tensor};
 
-const LINEAR: Shader = Shader::new("linear.wgsl", include_str!("linear.wgsl"));
+const LINEAR: Shader = shader!("linear.wgsl", "weights.wgsl");
 const MATMUL: Shader = Shader::new("matmul.wgsl", include_str!("matmul.wgsl"));
 
 /// The `WDT` constant of a weight dtype (f32 0, f16 1, bf16 2).

@@ -8,6 +8,7 @@
 // store. 16-bit weights stay 16-bit in memory: f16 is unpacked with unpack2x16float, bf16 by
 // shifting into the high half of an f32. Offsets are in elements so views bind whole buffers.
 // Constants: TILE (the tile side), WDT (0 f32, 1 f16, 2 bf16).
+// The bindings and `load_w` come first, from weights.wgsl.
 
 struct Params {
     m: u32,
@@ -19,26 +20,6 @@ struct Params {
     b_off: u32,
     ldy: u32,
     y_col: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<u32>;
-@group(0) @binding(3) var<storage, read> b: array<f32>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
-
-// Element `i` of the weight buffer as f32.
-fn load_w(i: u32) -> f32 {
-    if (WDT == 0u) {
-        return bitcast<f32>(w[i]);
-    }
-    let word = w[i >> 1u];
-    let hi = (i & 1u) == 1u;
-    if (WDT == 1u) {
-        let v = unpack2x16float(word);
-        return select(v.x, v.y, hi);
-    }
-    return bitcast<f32>(select(word << 16u, word & 0xffff0000u, hi));
 }
 
 var<workgroup> xs: array<array<f32, TILE>, TILE>;

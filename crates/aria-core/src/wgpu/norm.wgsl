@@ -9,22 +9,6 @@
 @group(0) @binding(4) var<storage, read> bias: array<f32>;
 @group(0) @binding(5) var<storage, read> shift: array<f32>;
 
-var<workgroup> red: array<f32, WG>;
-
-fn wg_sum(v: f32, t: u32) -> f32 {
-    red[t] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
-        if (t < s) {
-            red[t] = red[t] + red[t + s];
-        }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
-
 fn wg_max(v: f32, t: u32) -> f32 {
     red[t] = v;
     workgroupBarrier();
@@ -39,6 +23,26 @@ fn wg_max(v: f32, t: u32) -> f32 {
     return r;
 }
 
+// Row sums over the `d` values of x from `base`, each invocation `t` taking every WG-th; every
+// invocation of the workgroup calls them and gets the whole sum. Σ x:
+fn row_sum(base: u32, d: u32, t: u32) -> f32 {
+    var s = 0.0;
+    for (var i = t; i < d; i = i + WG) {
+        s = s + x[base + i];
+    }
+    return wg_sum(s, t);
+}
+
+// Σ (x − mean)² (with mean 0 it is Σ x², bit for bit: x − 0 is x):
+fn row_sum_sq_dev(base: u32, d: u32, t: u32, mean: f32) -> f32 {
+    var q = 0.0;
+    for (var i = t; i < d; i = i + WG) {
+        let c = x[base + i] - mean;
+        q = q + c * c;
+    }
+    return wg_sum(q, t);
+}
+
 // params: 0 rows, 1 d, 2 x offset, 3 w offset, 4 has w, 5 style (0 plain, 1 one-plus), 6 eps.
 @compute @workgroup_size(WG)
 fn rms_norm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -48,13 +52,7 @@ fn rms_norm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: 
     let d = pu(1u);
     let t = lid.x;
     let base = pu(2u) + row * d;
-    var ss = 0.0;
-    for (var i = t; i < d; i = i + WG) {
-        let v = x[base + i];
-        ss = ss + v * v;
-    }
-    ss = wg_sum(ss, t);
-    let inv = 1.0 / sqrt(ss / f32(d) + pf(6u));
+    let inv = 1.0 / sqrt(row_sum_sq_dev(base, d, t, 0.0) / f32(d) + pf(6u));
     for (var i = t; i < d; i = i + WG) {
         var v = x[base + i] * inv;
         let g = w[pu(3u) + i];
@@ -74,17 +72,8 @@ fn layer_norm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg
     let d = pu(1u);
     let t = lid.x;
     let base = pu(2u) + row * d;
-    var s = 0.0;
-    for (var i = t; i < d; i = i + WG) {
-        s = s + x[base + i];
-    }
-    let mean = wg_sum(s, t) / f32(d);
-    var q = 0.0;
-    for (var i = t; i < d; i = i + WG) {
-        let c = x[base + i] - mean;
-        q = q + c * c;
-    }
-    let inv = 1.0 / sqrt(wg_sum(q, t) / f32(d) + pf(7u));
+    let mean = row_sum(base, d, t) / f32(d);
+    let inv = 1.0 / sqrt(row_sum_sq_dev(base, d, t, mean) / f32(d) + pf(7u));
     for (var i = t; i < d; i = i + WG) {
         var v = (x[base + i] - mean) * inv;
         let g = w[pu(3u) + i];
@@ -130,17 +119,8 @@ fn std_last(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: 
     let d = pu(1u);
     let t = lid.x;
     let base = pu(2u) + row * d;
-    var s = 0.0;
-    for (var i = t; i < d; i = i + WG) {
-        s = s + x[base + i];
-    }
-    let mean = wg_sum(s, t) / f32(d);
-    var q = 0.0;
-    for (var i = t; i < d; i = i + WG) {
-        let c = x[base + i] - mean;
-        q = q + c * c;
-    }
-    q = wg_sum(q, t);
+    let mean = row_sum(base, d, t) / f32(d);
+    let q = row_sum_sq_dev(base, d, t, mean);
     if (t == 0u) {
         o[row] = select(sqrt(q / (f32(d) - 1.0)), nan_f32(), d == 1u);
     }
@@ -158,13 +138,7 @@ fn rms_norm_modulate(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgrou
     let e = pu(1u);
     let t = lid.x;
     let base = pu(2u) + row * e;
-    var ss = 0.0;
-    for (var i = t; i < e; i = i + WG) {
-        let v = x[base + i];
-        ss = ss + v * v;
-    }
-    ss = wg_sum(ss, t);
-    let inv = 1.0 / sqrt(ss / f32(e) + pf(6u));
+    let inv = 1.0 / sqrt(row_sum_sq_dev(base, e, t, 0.0) / f32(e) + pf(6u));
     let item = row / pu(5u);
     for (var i = t; i < e; i = i + WG) {
         var v = x[base + i] * inv * w[pu(3u) + i];

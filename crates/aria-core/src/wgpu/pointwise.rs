@@ -22,9 +22,9 @@
 //! The `torch_bf16_*` replay ops are not implemented here (they reproduce PyTorch's AVX2 bf16
 //! arithmetic bit for bit, which is a CPU matter): they are [`CoreError::Unsupported`].
 //!
-//! Every shader starts with `common.wgsl` (parameters, index helpers, and `tanh`, `erfc`,
-//! `sin`/`cos` written out, since WGSL's built-ins promise less accuracy than the reference
-//! needs). Workgroups have [`Knobs::elementwise`](super::Knobs) invocations (rounded down to
+//! Every shader starts with `common.wgsl` (parameters, index helpers) and `math.wgsl` (`tanh`,
+//! `erfc`, `sin`/`cos` written out, since WGSL's built-ins promise less accuracy than the
+//! reference needs); the row kernels' also with `reduce.wgsl` (the workgroup tree sum). Workgroups have [`Knobs::elementwise`](super::Knobs) invocations (rounded down to
 //! a power of two within the device's limits; default 256 on discrete GPUs, 64 elsewhere);
 //! element kernels spread their workgroups over a 2-D grid when one dimension's limit is not
 //! enough, row kernels run one workgroup per row on the same grid.
@@ -48,6 +48,7 @@ mod heads;
 mod layout;
 mod rows;
 
+use super::launch::shader;
 use super::{Bind, Shader, Uniforms, WgpuBackend};
 use crate::backend::Op;
 use crate::storage::Storage;
@@ -152,23 +153,15 @@ pub(crate) fn run(be: &WgpuBackend, op: &Op) -> Option<Result<Tensor>> {
     })
 }
 
-/// `common.wgsl` followed by a shader file.
-macro_rules! shader {
-    ($file:literal) => {
-        Shader::new(
-            $file,
-            concat!(include_str!("common.wgsl"), include_str!($file)),
-        )
-    };
-}
-
-const ELEMENTWISE: Shader = shader!("elementwise.wgsl");
-const NORM: Shader = shader!("norm.wgsl");
-const ROPE: Shader = shader!("rope.wgsl");
-const FUSED: Shader = shader!("fused.wgsl");
-const GUIDANCE: Shader = shader!("guidance.wgsl");
-const TEXT: Shader = shader!("text.wgsl");
-const LAYOUT: Shader = shader!("layout.wgsl");
+// `common.wgsl` and `math.wgsl` before every shader file; `reduce.wgsl` (the workgroup tree
+// sum) before the row kernels'.
+const ELEMENTWISE: Shader = shader!("elementwise.wgsl", "common.wgsl", "math.wgsl");
+const NORM: Shader = shader!("norm.wgsl", "common.wgsl", "math.wgsl", "reduce.wgsl");
+const ROPE: Shader = shader!("rope.wgsl", "common.wgsl", "math.wgsl");
+const FUSED: Shader = shader!("fused.wgsl", "common.wgsl", "math.wgsl", "reduce.wgsl");
+const GUIDANCE: Shader = shader!("guidance.wgsl", "common.wgsl", "math.wgsl", "reduce.wgsl");
+const TEXT: Shader = shader!("text.wgsl", "common.wgsl", "math.wgsl");
+const LAYOUT: Shader = shader!("layout.wgsl", "common.wgsl", "math.wgsl");
 
 /// Workgroup size: the `elementwise` knob rounded down to a power of two (the row kernels'
 /// tree sums need one) within the device's per-workgroup limits.

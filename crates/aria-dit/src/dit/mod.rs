@@ -186,7 +186,7 @@ impl Dit {
         let mlp = |name: &str, vb: &WeightLoader, i: usize, o: usize, bias: Bias| {
             Mlp::load(&vb.pp(name), i, e, o, bias)
         };
-        Ok(Dit {
+        let dit = Dit {
             cfg: cfg.clone(),
             root: vb.prefix().to_string(),
             device: Device::Cpu,
@@ -208,7 +208,25 @@ impl Dit {
             global_cond_embedder: mlp("global_cond_embedder", &tr, e, 6 * e, Bias::Yes)?,
             blocks,
             version: 0,
-        })
+        };
+        Ok(dit)
+    }
+
+    /// Keep the weights of the layers every sampling step runs packed for the CPU matrix
+    /// product after their first use (`true`), or pack them in every call (`false`, the
+    /// default); see [`Linear::set_prepack`]. Kept panels are a full f32 copy of the step
+    /// weights (~1.5 GB at small-music shapes) for a few per cent of speed, so they are off
+    /// unless asked for. The layers only [`Dit::prepare`] uses are never kept packed. Results
+    /// are bit-identical either way.
+    pub fn set_prepack(&mut self, on: bool) {
+        let prep: std::collections::HashSet<String> = self
+            .prepare_linears()
+            .iter()
+            .map(|l| l.name().to_string())
+            .collect();
+        for l in self.linears_mut() {
+            l.set_prepack(on && !prep.contains(l.name()));
+        }
     }
 
     /// The configuration the model was built with.

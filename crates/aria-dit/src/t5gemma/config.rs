@@ -11,11 +11,16 @@ use crate::{DitError, Result};
 /// The arithmetic the encoder computes in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Precision {
-    /// f32 throughout.
+    /// f32 arithmetic throughout on the stored weights (bf16 weights are widened to f32 inside
+    /// the matrix products, f32 accumulation): the default, the fastest path and the closest
+    /// to exact arithmetic.
     #[default]
     F32,
-    /// The reference's bf16 arithmetic on the CPU, bit for bit (PyTorch's AVX2 kernels, see
-    /// [`aria_core::ops::torch_bf16`]).
+    /// A replay of PyTorch's bf16 CPU arithmetic on AVX2-class CPUs (no AVX-512 BF16), bit for
+    /// bit: every result rounded to bf16 where its kernels round, in their summation orders
+    /// (see [`aria_core::ops::torch_bf16`]). It reproduces the reference's conditioning
+    /// exactly where the reference runs those kernels; CPUs with AVX-512 BF16 run other
+    /// kernels in PyTorch (and differ from this replay by ~3e-4).
     Bf16,
 }
 
@@ -126,9 +131,10 @@ pub struct T5GemmaConfig {
     pub hidden_activation: HiddenActivation,
     /// `attn_implementation` of the file (absent ⇒ SDPA).
     pub attn_implementation: AttnImplementation,
-    /// The compute dtype the file asks for (`dtype` / `torch_dtype`, top level or `encoder`):
-    /// `Some(Bf16)` for `bfloat16`, `Some(F32)` for `float32`, `None` when absent (the
-    /// weights' dtype decides).
+    /// The compute dtype the file asks the reference for (`dtype` / `torch_dtype`, top level
+    /// or `encoder`): `Some(Bf16)` for `bfloat16`, `Some(F32)` for `float32`, `None` when
+    /// absent (the weights' dtype decides). It does not choose the encoder's arithmetic (f32
+    /// unless [`Precision::Bf16`] is asked for); see `T5GemmaEncoder::reference_precision`.
     pub dtype: Option<Precision>,
 }
 

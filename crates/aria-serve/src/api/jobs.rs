@@ -288,7 +288,9 @@ pub(super) async fn audio(
     let t0 = Instant::now();
     loop {
         if !flac {
-            if let Some(live) = s.live.get(&id) {
+            // A cancelled job's live stream has ended (or is about to): answer from its
+            // record instead, which says so.
+            if let Some(live) = s.live.get(&id).filter(|l| !l.cancelled()) {
                 return Ok(wav_response(live_body(live)));
             }
         }

@@ -7,8 +7,10 @@
 mod generate;
 mod jobs;
 mod meta;
+mod stream;
 
 pub use meta::OPENAPI;
+pub use stream::{StreamHub, StreamParams, MAX_STREAMS, MAX_STREAM_SECONDS};
 
 use std::sync::Arc;
 
@@ -183,7 +185,7 @@ async fn fallback() -> ApiError {
 }
 
 /// The router of the whole API.
-pub(crate) fn router(s: Arc<Shared>) -> Router {
+pub(crate) fn router(s: Arc<Shared>, hub: Arc<StreamHub>) -> Router {
     Router::new()
         .route("/", get(meta::index))
         .route("/app.js", get(meta::app_js))
@@ -198,7 +200,17 @@ pub(crate) fn router(s: Arc<Shared>) -> Router {
         .route("/v1/jobs/{id}/audio", get(jobs::audio))
         .route("/v1/jobs/{id}/waveform.png", get(jobs::waveform))
         .route("/v1/jobs/{id}/spectrogram.png", get(jobs::spectrogram))
+        .route(
+            "/v1/stream",
+            get(stream::get_stream).post(stream::post_stream),
+        )
+        .route("/v1/stream/{id}", get(stream::get_status))
+        .route(
+            "/v1/stream/{id}/prompt",
+            axum::routing::post(stream::set_prompt),
+        )
         .fallback(fallback)
+        .layer(axum::Extension(hub))
         .layer(axum::middleware::from_fn_with_state(s.clone(), auth))
         .with_state(s)
 }

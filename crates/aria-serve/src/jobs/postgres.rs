@@ -19,8 +19,9 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use postgres::fallible_iterator::FallibleIterator;
-use postgres::{Client, Config, NoTls, Row, Transaction};
+use aria_cache::store::postgres::conn::{wait_notifications, PgTarget};
+use aria_cache::CacheError;
+use postgres::{Client, Row, Transaction};
 
 use super::{
     CancelOutcome, JobRecord, JobState, JobStore, ListFilter, NewJob, Outcome, Requeued,
@@ -76,6 +77,15 @@ fn err(e: postgres::Error) -> ServeError {
     ServeError::Store(format!("postgres job store: {e}"))
 }
 
+/// A connection failure of the shared PostgreSQL code (it names where), as a job store error.
+fn store_err(e: CacheError) -> ServeError {
+    let m = match e {
+        CacheError::Store(m) => m,
+        other => other.to_string(),
+    };
+    ServeError::Store(format!("job store {m}"))
+}
+
 fn u32_of(v: i64) -> u32 {
     u32::try_from(v.max(0)).unwrap_or(u32::MAX)
 }
@@ -115,32 +125,11 @@ fn now(t: &mut Transaction<'_>) -> std::result::Result<i64, postgres::Error> {
     Ok(t.query_one(NOW_MS, &[])?.get(0))
 }
 
-/// `postgres://user@host:port/db` of a configuration, without its password.
-fn describe(cfg: &Config) -> String {
-    let user = cfg.get_user().map(|u| format!("{u}@")).unwrap_or_default();
-    let host = match cfg.get_hosts().first() {
-        Some(postgres::config::Host::Tcp(h)) => h.clone(),
-        #[cfg(unix)]
-        Some(postgres::config::Host::Unix(p)) => p.display().to_string(),
-        None => "localhost".into(),
-    };
-    let port = cfg
-        .get_ports()
-        .first()
-        .map(|p| format!(":{p}"))
-        .unwrap_or_default();
-    format!(
-        "postgres://{user}{host}{port}/{}",
-        cfg.get_dbname().unwrap_or_default()
-    )
-}
-
 /// The PostgreSQL job store.
 pub struct PgJobStore {
-    cfg: Config,
+    target: PgTarget,
     location: String,
     idle: Mutex<Vec<Client>>,
-    schema: Option<String>,
 }
 
 impl std::fmt::Debug for PgJobStore {
@@ -162,55 +151,19 @@ impl PgJobStore {
     /// [`PgJobStore::open`] with the table in schema `schema` (created when absent). `schema`
     /// is a plain lowercase identifier (a-z, 0-9, `_`; at most 63 characters).
     pub fn open_in_schema(url: &str, schema: &str) -> Result<PgJobStore> {
-        let plain = !schema.is_empty()
-            && schema.len() <= 63
-            && !schema.starts_with(|c: char| c.is_ascii_digit())
-            && schema
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-        if !plain {
-            return Err(ServeError::Config(format!(
-                "job store schema `{schema}` is not a plain lowercase identifier \
-                 (a-z, 0-9, _; at most 63)"
-            )));
-        }
         Self::open_with(url, Some(schema))
     }
 
     fn open_with(url: &str, schema: Option<&str>) -> Result<PgJobStore> {
-        let mut cfg: Config = url.parse().map_err(|e| {
-            // Never repeat the URL: it may hold a password.
-            ServeError::Config(format!("postgres job store: invalid connection URL: {e}"))
-        })?;
-        if cfg.get_connect_timeout().is_none() {
-            cfg.connect_timeout(Duration::from_secs(10));
-        }
-        if cfg.get_application_name().is_none() {
-            cfg.application_name("aria-serve");
-        }
-        let mut location = describe(&cfg);
-        if let Some(schema) = schema {
-            let opts = format!(
-                "{} -c search_path={schema}",
-                cfg.get_options().unwrap_or_default()
-            );
-            cfg.options(opts.trim_start());
-            location = format!("{location} (schema {schema})");
-        }
+        let target = PgTarget::parse(url, "aria-serve", schema)
+            .map_err(|e| ServeError::Config(format!("postgres job store: {e}")))?;
         let store = PgJobStore {
-            cfg,
-            location,
+            location: target.location().to_string(),
+            target,
             idle: Mutex::new(Vec::new()),
-            schema: schema.map(str::to_string),
         };
         store
-            .tx(|t| {
-                t.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])?;
-                if let Some(schema) = schema {
-                    t.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))?;
-                }
-                t.batch_execute(SCHEMA)
-            })
+            .tx(|t| store.target.create_tables(t, SCHEMA_LOCK, SCHEMA))
             .map_err(|e| {
                 ServeError::Store(format!(
                     "job store {}: creating the table: {e}",
@@ -234,9 +187,7 @@ impl PgJobStore {
         let reused = self.idle.lock().ok().and_then(|mut v| v.pop());
         let mut client = match reused {
             Some(c) if !c.is_closed() => c,
-            _ => self.cfg.connect(NoTls).map_err(|e| {
-                ServeError::Store(format!("job store {}: cannot connect: {e}", self.location))
-            })?,
+            _ => self.target.connect().map_err(store_err)?,
         };
         let out = f(&mut client);
         if !client.is_closed() {
@@ -265,25 +216,21 @@ impl PgJobStore {
     /// A connection listening on [`CHANNEL`]: [`JobListener::wait`] returns when a job is
     /// submitted (by any process).
     pub fn listener(&self) -> Result<JobListener> {
-        let mut client = self.cfg.connect(NoTls).map_err(|e| {
-            ServeError::Store(format!("job store {}: cannot connect: {e}", self.location))
-        })?;
-        client
-            .batch_execute(&format!("LISTEN {CHANNEL}"))
-            .map_err(err)?;
-        Ok(JobListener { client })
+        Ok(JobListener {
+            client: self.target.listen(CHANNEL).map_err(store_err)?,
+        })
     }
 
     /// Drops the schema this store was opened in ([`PgJobStore::open_in_schema`]) with every
     /// job in it. Refused for a store opened without one.
     pub fn drop_schema(self) -> Result<()> {
-        let Some(schema) = self.schema.clone() else {
+        let Some(sql) = self.target.drop_schema_sql() else {
             return Err(ServeError::Store(format!(
                 "job store {}: opened without a schema of its own; nothing to drop",
                 self.location
             )));
         };
-        self.with(|c| c.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")))
+        self.with(|c| c.batch_execute(&sql))
     }
 }
 
@@ -302,13 +249,9 @@ impl JobListener {
     /// Waits up to `timeout` for a submit; `true` when one (or more: all pending are drained)
     /// came, `false` on timeout.
     pub fn wait(&mut self, timeout: Duration) -> Result<bool> {
-        let mut n = self.client.notifications();
-        if n.timeout_iter(timeout).next().map_err(err)?.is_none() {
-            return Ok(false);
-        }
-        let mut more = n.iter();
-        while more.next().map_err(err)?.is_some() {}
-        Ok(true)
+        Ok(!wait_notifications(&mut self.client, timeout)
+            .map_err(err)?
+            .is_empty())
     }
 }
 

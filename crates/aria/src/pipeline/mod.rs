@@ -122,9 +122,9 @@ pub struct LoadOptions {
     pub same_noise: Option<SameNoise>,
     /// Decode in the official 128-latent chunks (`None`: as `model.pretransform.chunked` says).
     pub chunked_decode: Option<bool>,
-    /// Arithmetic of the text encoder (`None`: what the reference uses for the folder, i.e.
-    /// its bf16 arithmetic for the released bf16 T5Gemma, which reproduces the official
-    /// conditioning bit for bit; `F32` is closer to exact arithmetic).
+    /// Arithmetic of the text encoder (`None`: f32, the fastest and closest to exact;
+    /// `Some(Bf16)` replays the reference's bf16 arithmetic, which reproduces the official
+    /// conditioning of the released bf16 T5Gemma bit for bit on AVX2-class CPUs).
     pub text_precision: Option<Precision>,
     /// Where the models run (see [`DeviceKind::check`]).
     pub device: DeviceKind,

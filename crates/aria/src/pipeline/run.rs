@@ -320,7 +320,9 @@ impl Pipeline {
     /// durations, everything else shared (see [`GenerateRequest`]; audio inputs need a batch
     /// of one). The latent length follows the longest duration; each item gets its own
     /// padding mask, schedule and duration conditioning, and the draws have the batch as
-    /// their first dimension, as in the reference.
+    /// their first dimension, as in the reference. With a [`crate::noise::BatchNoise`] every
+    /// item draws from its own source; an item whose request has the batch's latent length
+    /// then gets the bits it gets alone (see `tests/batch_items.rs`).
     pub fn generate_batch(
         &self,
         reqs: &[GenerateRequest],
