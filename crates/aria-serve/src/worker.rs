@@ -431,6 +431,8 @@ impl Worker {
                         reported[k] = true;
                         let _ = s.store.finish(id, &s.cfg.worker_id, &Outcome::Cancelled);
                         live.end(LiveEnd::Aborted);
+                        // Its audio is asked of its record from now on (409: cancelled).
+                        s.live.remove(id);
                     }
                 }
                 if ids.iter().all(|(_, l, _)| l.cancelled()) || s.abort.is_cancelled() {
