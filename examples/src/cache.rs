@@ -175,6 +175,7 @@ pub fn generate(args: &GenerateArgs, opts: &CacheOpts, cx: &Ctx) -> Result<()> {
         precision: args.quant.precision(),
         w8a8: args.quant.w8a8,
         quantize_decoder: args.quant.quantize_decoder,
+        quantize_text: args.quant.quantize_text,
         keep_resident: args.quant.keep_resident,
         ..Default::default()
     };

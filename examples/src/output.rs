@@ -305,7 +305,8 @@ mod tests {
         let v: Vec<f32> = (0..ch * n)
             .map(|i| ((i as f32 * 0.013).sin() * 0.7) + ((i % 7) as f32 - 3.0) * 1e-3)
             .collect();
-        let path = std::env::temp_dir().join(format!("aria-flac-{}.flac", std::process::id()));
+        let dir = aria_testing::TempDir::new("flac");
+        let path = dir.join("streamed.flac");
         let mut w = AudioWriter::create(&path, ch, 44100, false).unwrap();
         // In uneven pieces, as decode windows arrive.
         let a = Tensor::from_vec(v.clone(), &[ch, n]).unwrap();
@@ -321,7 +322,6 @@ mod tests {
         }
         w.finish().unwrap();
         let streamed = std::fs::read(&path).unwrap();
-        std::fs::remove_file(&path).ok();
 
         let scale = ((1i64 << 23) - 1) as f32;
         let interleaved: Vec<i32> = (0..n)

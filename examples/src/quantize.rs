@@ -55,6 +55,9 @@ pub struct PrecisionArgs {
     /// Pack the autoencoder decoder's matrices as q8_0 too (less memory while decoding).
     #[arg(long)]
     pub quantize_decoder: bool,
+    /// Pack the T5Gemma text encoder's matrices as q8_0 (needs f32 text precision).
+    #[arg(long)]
+    pub quantize_text: bool,
     /// Keep every weight page resident between the stages of a run (by default the pages of
     /// weights a stage no longer needs are released, lowering the peak memory).
     #[arg(long)]
@@ -80,6 +83,10 @@ pub struct QuantizeArgs {
     /// The new model folder.
     #[arg(long, short)]
     pub output: PathBuf,
+    /// Keep the autoencoder decoder's matrices dense (by default they are packed as q8_0,
+    /// as --quantize-decoder packs them at load).
+    #[arg(long)]
+    pub dense_decoder: bool,
 }
 
 /// Run `aria quantize`.
@@ -88,12 +95,17 @@ pub fn run(a: &QuantizeArgs, cx: &Ctx) -> Result<()> {
     let precision: WeightPrecision = a.precision.into();
     let mut last = 0usize;
     let quiet = cx.ui.quiet || cx.json;
-    let summary = aria::quant::quantize_model(&files, precision, &a.output, &mut |done, total| {
-        if !quiet && (done == total || done >= last + total.div_ceil(10).max(1)) {
-            last = done;
-            eprintln!("  packing DiT linears: {done}/{total}");
-        }
-    })?;
+    let opts = aria::quant::QuantizeOptions {
+        precision,
+        dense_decoder: a.dense_decoder,
+    };
+    let summary =
+        aria::quant::quantize_model_with(&files, &opts, &a.output, &mut |done, total| {
+            if !quiet && (done == total || done >= last + total.div_ceil(10).max(1)) {
+                last = done;
+                eprintln!("  writing tensors: {done}/{total}");
+            }
+        })?;
     let formats: Vec<String> = summary
         .formats
         .iter()
@@ -105,6 +117,7 @@ pub fn run(a: &QuantizeArgs, cx: &Ctx) -> Result<()> {
             "output": summary.dir.display().to_string(),
             "precision": precision.name(),
             "formats": summary.formats,
+            "decoder": summary.decoder,
             "dense_tensors": summary.dense_tensors,
             "source_bytes": summary.source_bytes,
             "packed_bytes": summary.packed_bytes,
@@ -113,8 +126,9 @@ pub fn run(a: &QuantizeArgs, cx: &Ctx) -> Result<()> {
         return Ok(());
     }
     println!(
-        "wrote {} ({precision}): packed {} ({:.3} GB -> {:.3} GB), {} tensors as they were; source {}",
+        "wrote {} ({precision}, decoder {}): packed {} ({:.3} GB -> {:.3} GB), {} tensors as they were; source {}",
         summary.dir.display(),
+        summary.decoder.as_deref().unwrap_or("dense"),
         formats.join(", "),
         summary.source_bytes as f64 / 1e9,
         summary.packed_bytes as f64 / 1e9,

@@ -108,6 +108,8 @@ pub struct StreamArgs {
     /// Use direction files made for another model (the widths must still match).
     #[arg(long)]
     pub force: bool,
+    #[command(flatten)]
+    pub quant: crate::quantize::PrecisionArgs,
 }
 
 /// The ramp factor in [0, 1] of a steering at `t` seconds (`ramp` ≤ 0: always 1).
@@ -191,6 +193,11 @@ pub fn run(a: &StreamArgs, cx: &Ctx) -> Result<()> {
     schedule.sort_by(|x, y| x.0.total_cmp(&y.0));
     let opts = LoadOptions {
         device: cx.device,
+        precision: a.quant.precision(),
+        w8a8: a.quant.w8a8,
+        quantize_decoder: a.quant.quantize_decoder,
+        quantize_text: a.quant.quantize_text,
+        keep_resident: a.quant.keep_resident,
         ..Default::default()
     };
     if !(a.steer_ramp.is_finite() && a.steer_ramp >= 0.0) {

@@ -2,26 +2,20 @@
 //! error naming the problem, non-zero exit, no panic).
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
+use std::sync::Arc;
 
 use aria::synth::{self, Preset};
+use aria_testing::{SharedTempDir, TempDir};
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("aria-cli-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// A tiny random model folder shared by the tests of this file.
-fn model() -> PathBuf {
-    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| {
-        let d = tmp("model");
-        synth::write_model(&d, Preset::Tiny, aria_core::DType::F32, 5, &mut |_, _| {}).unwrap();
-        d
+/// A tiny random model folder shared by the tests of this file that run at the same time
+/// (removed when the last of them finishes).
+fn model() -> Arc<TempDir> {
+    static DIR: SharedTempDir = SharedTempDir::new("cli-model");
+    DIR.get(|d| {
+        synth::write_model(d, Preset::Tiny, aria_core::DType::F32, 5, &mut |_, _| {}).unwrap();
     })
-    .clone()
 }
 
 fn aria(args: &[&str], cache: &Path) -> Output {
@@ -65,7 +59,7 @@ fn gen_args<'a>(model: &'a str, out: &'a str, extra: &[&'a str]) -> Vec<&'a str>
 
 #[test]
 fn demo_writes_a_stereo_wav_without_downloads() {
-    let d = tmp("demo");
+    let d = TempDir::new("cli-demo");
     let wav = d.join("demo.wav");
     let out = aria(&["demo", "--seconds", "1", "-o", wav.to_str().unwrap()], &d);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -90,7 +84,7 @@ fn demo_writes_a_stereo_wav_without_downloads() {
 
 #[test]
 fn noise_file_replays_a_generation_exactly() {
-    let d = tmp("noise");
+    let d = TempDir::new("cli-noise");
     let m = model();
     let (m, p) = (m.to_str().unwrap(), |f: &str| {
         d.join(f).display().to_string()
@@ -161,7 +155,7 @@ fn noise_file_replays_a_generation_exactly() {
 
 #[test]
 fn bad_model_paths() {
-    let d = tmp("badmodel");
+    let d = TempDir::new("cli-badmodel");
     let out = aria(&gen_args("/nonexistent/aria-model", "o.wav", &[]), &d);
     assert_one_line_error(&out, "/nonexistent/aria-model");
     let partial = d.join("partial");
@@ -173,7 +167,7 @@ fn bad_model_paths() {
     .unwrap();
     let out = aria(&gen_args(partial.to_str().unwrap(), "o.wav", &[]), &d);
     assert_one_line_error(&out, "model.safetensors");
-    let empty_home = tmp("hf");
+    let empty_home = TempDir::new("cli-hf");
     let out = Command::new(env!("CARGO_BIN_EXE_aria"))
         .args(gen_args("medium", "o.wav", &[]))
         .env("HF_HOME", &empty_home)
@@ -186,7 +180,7 @@ fn bad_model_paths() {
 
 #[test]
 fn bad_durations() {
-    let d = tmp("dur");
+    let d = TempDir::new("cli-dur");
     let m = model();
     let o = d.join("o.wav").display().to_string();
     for s in ["0", "-3"] {
@@ -206,7 +200,7 @@ fn bad_durations() {
 
 #[test]
 fn bad_audio_inputs() {
-    let d = tmp("audio");
+    let d = TempDir::new("cli-audio");
     let m = model();
     let m = m.to_str().unwrap();
     let o = d.join("o.wav").display().to_string();
@@ -258,7 +252,7 @@ fn bad_audio_inputs() {
 
 #[test]
 fn inpaint_range_outside_the_clip() {
-    let d = tmp("range");
+    let d = TempDir::new("cli-range");
     let m = model();
     let o = d.join("o.wav").display().to_string();
     let wav = d.join("in.wav");
@@ -292,7 +286,7 @@ fn inpaint_range_outside_the_clip() {
 
 #[test]
 fn lora_that_does_not_fit() {
-    let d = tmp("lora");
+    let d = TempDir::new("cli-lora");
     let m = model();
     let o = d.join("o.wav").display().to_string();
     let lora = d.join("bad_lora.safetensors");
@@ -342,7 +336,7 @@ fn lora_that_does_not_fit() {
 /// `--text-precision`: f32 is the default; the bf16 replay gives other latents.
 #[test]
 fn text_precision_flag() {
-    let d = tmp("precision");
+    let d = TempDir::new("cli-precision");
     let m = model();
     let m = m.to_str().unwrap();
     let p = |f: &str| d.join(f).display().to_string();
@@ -380,7 +374,7 @@ fn ok(out: &Output) -> String {
 /// The warning about random weights is printed even with `-q`.
 #[test]
 fn random_weights_warning_survives_quiet() {
-    let d = tmp("quietdemo");
+    let d = TempDir::new("cli-quietdemo");
     let wav = d.join("q.wav");
     let err = ok(&aria(
         &[
@@ -402,7 +396,7 @@ fn random_weights_warning_survives_quiet() {
 /// output; a clip over several decode windows, with `--json` describing it.
 #[test]
 fn streamed_wav_matches_the_library_and_json_describes_it() {
-    let d = tmp("stream");
+    let d = TempDir::new("cli-stream");
     let m = model();
     let a = d.join("a.wav");
     let out = aria(
@@ -445,7 +439,7 @@ fn streamed_wav_matches_the_library_and_json_describes_it() {
 /// `-o x.flac` writes FLAC (24-bit): it decodes to the WAV's samples within the quantization.
 #[test]
 fn flac_output_by_extension() {
-    let d = tmp("flac");
+    let d = TempDir::new("cli-flac");
     let m = model();
     let (w, f) = (d.join("o.wav"), d.join("o.flac"));
     for o in [&w, &f] {
@@ -484,7 +478,7 @@ fn flac_output_by_extension() {
 /// official aliases parse.
 #[test]
 fn batches_and_official_aliases() {
-    let d = tmp("batch");
+    let d = TempDir::new("cli-batch");
     let m = model();
     let o = d.join("set.wav");
     let err = ok(&aria(
@@ -555,7 +549,7 @@ fn batches_and_official_aliases() {
 /// A Windows path without a strength is a path, not a bad strength.
 #[test]
 fn lora_windows_path_parses() {
-    let d = tmp("winlora");
+    let d = TempDir::new("cli-winlora");
     let m = model();
     assert_one_line_error(
         &aria(
@@ -574,7 +568,7 @@ fn lora_windows_path_parses() {
 /// generates (or, without an adapter, says so in one line).
 #[test]
 fn device_not_built_in() {
-    let d = tmp("device");
+    let d = TempDir::new("cli-device");
     let m = model();
     for dev in ["wgpu", "cuda"] {
         let mut a = gen_args(m.to_str().unwrap(), "x.wav", &[]);
@@ -595,7 +589,7 @@ fn device_not_built_in() {
 /// `aria models` lists the complete folders of the Hugging Face cache.
 #[test]
 fn models_lists_what_discovery_finds() {
-    let d = tmp("models");
+    let d = TempDir::new("cli-models");
     let home = d.join("hf");
     let snap = home.join("hub/models--stabilityai--stable-audio-3-small-sfx/snapshots/r1");
     copy_dir(&model(), &snap);

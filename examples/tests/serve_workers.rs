@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use aria_serve::jobs::postgres::PgJobStore;
 use aria_serve::jobs::{JobRecord, JobState, JobStore, ListFilter};
+use aria_testing::TempDir;
 use serde_json::{json, Value};
 
 /// Jobs posted, workers started, sampler steps per job and the pause after each step.
@@ -48,13 +49,6 @@ fn pg_url() -> Option<String> {
 fn in_schema(url: &str, schema: &str) -> String {
     let sep = if url.contains('?') { '&' } else { '?' };
     format!("{url}{sep}options=-c%20search_path%3D{schema}")
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("aria-serve-workers-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 /// One HTTP/1.1 exchange on a fresh connection: the status and the (de-chunked) body.
@@ -220,7 +214,8 @@ fn workers_share_the_queue_and_finish_a_killed_workers_jobs() {
     let s = PgJobStore::open_in_schema(&url, &schema).unwrap();
     let store = in_schema(&url, &schema);
 
-    let model = tmp("model");
+    // Declared before the workers, so they are killed (dropped) before these folders go.
+    let model = TempDir::new("serve-workers-model");
     aria::synth::write_model(
         &model,
         aria::synth::Preset::Tiny,
@@ -229,7 +224,7 @@ fn workers_share_the_queue_and_finish_a_killed_workers_jobs() {
         &mut |_, _| {},
     )
     .unwrap();
-    let results = tmp("results");
+    let results = TempDir::new("serve-workers-results");
     let names: Vec<String> = (0..WORKERS).map(|i| format!("w{i}")).collect();
     let mut w = Workers {
         names: names.clone(),
@@ -382,6 +377,4 @@ fn workers_share_the_queue_and_finish_a_killed_workers_jobs() {
     );
     drop(w);
     s.drop_schema().unwrap();
-    let _ = std::fs::remove_dir_all(&model);
-    let _ = std::fs::remove_dir_all(&results);
 }

@@ -5,8 +5,9 @@
 //! is monotone at low strength.
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
+use std::sync::Arc;
 
 use aria::synth::{self, Preset};
 use aria_steer::direction::FORMAT_VERSION;
@@ -14,31 +15,22 @@ use aria_steer::{
     DirectionEntry, DirectionFile, DirectionMeta, ModelIdentity, NormScope, Site,
     StrengthConvention,
 };
+use aria_testing::{SharedTempDir, TempDir};
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("aria-steer-cli-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// A tiny random model folder (`seed` picks the weights). The tests of this file run in
-/// parallel threads and share folders, so writing one is serialised: a second caller must not
-/// see a half-written `model.safetensors`.
-fn model(seed: u64) -> PathBuf {
-    static WRITING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _guard = WRITING.lock().unwrap_or_else(|e| e.into_inner());
-    let d = tmp(&format!("model{seed}"));
-    if !d.join("model.safetensors").is_file() {
-        synth::write_model(
-            &d,
-            Preset::Tiny,
-            aria_core::DType::F32,
-            seed,
-            &mut |_, _| {},
-        )
-        .unwrap();
-    }
-    d
+/// A tiny random model folder (`seed` picks the weights: 5 or 6), shared by the tests of this
+/// file that run at the same time and removed when the last of them finishes. The first caller
+/// writes it while the others wait, so no one sees a half-written `model.safetensors`.
+fn model(seed: u64) -> Arc<TempDir> {
+    static FIVE: SharedTempDir = SharedTempDir::new("steer-cli-model5");
+    static SIX: SharedTempDir = SharedTempDir::new("steer-cli-model6");
+    let shared = match seed {
+        5 => &FIVE,
+        6 => &SIX,
+        _ => panic!("no shared model for seed {seed}"),
+    };
+    shared.get(|d| {
+        synth::write_model(d, Preset::Tiny, aria_core::DType::F32, seed, &mut |_, _| {}).unwrap();
+    })
 }
 
 fn identity(m: &Path) -> ModelIdentity {
@@ -47,9 +39,10 @@ fn identity(m: &Path) -> ModelIdentity {
 }
 
 fn aria(args: &[&str]) -> Output {
+    let cache = TempDir::new("steer-cli-cache");
     Command::new(env!("CARGO_BIN_EXE_aria"))
         .args(args)
-        .env("XDG_CACHE_HOME", tmp("cache"))
+        .env("XDG_CACHE_HOME", &cache)
         .output()
         .unwrap()
 }
@@ -174,7 +167,7 @@ fn synthetic_file(m: &Path, path: &Path) {
 #[test]
 fn strength_zero_and_out_of_span_give_identical_wav_bytes() {
     let m = model(5);
-    let d = tmp("bits");
+    let d = TempDir::new("steer-cli-bits");
     let dir = d.join("dir.safetensors");
     synthetic_file(&m, &dir);
     let base = d.join("base.wav");
@@ -264,7 +257,7 @@ fn sine_clips(dir: &Path, freq: f32, n: usize) {
 fn extract_writes_a_checked_direction_file() {
     let m = model(5);
     let other = model(6);
-    let d = tmp("extract");
+    let d = TempDir::new("steer-cli-extract");
     let (pos, neg) = (d.join("pos.txt"), d.join("neg.txt"));
     std::fs::write(
         &pos,
@@ -372,7 +365,7 @@ fn csv_column(csv: &str, name: &str) -> Vec<f64> {
 #[test]
 fn sweep_is_monotone_at_low_strength_and_plots() {
     let m = model(5);
-    let d = tmp("sweep");
+    let d = TempDir::new("steer-cli-sweep");
     let dir = d.join("dir.safetensors");
     synthetic_file(&m, &dir);
     let out_dir = d.join("out");

@@ -1,8 +1,9 @@
 //! `cargo xtask bench core`: throughput of the aria-core CPU kernels.
 //!
 //! Reports medians over repetitions of
-//! * `ops::linear` at DiT shapes (M ∈ {238, 452, 1356}, K, N ∈ {1024, 4096}) with f32 weights, and
-//!   at a T5 shape with bf16 weights;
+//! * `ops::linear` at DiT shapes (M ∈ {238, 452, 1356}; K × N: 1024 × 1024 attention out and
+//!   cross q, 1024 × 3072 self-attention qkv, 1024 × 8192 feed-forward in, 4096 × 1024
+//!   feed-forward out, and 4096 × 4096) with f32 weights, and at a T5 shape with bf16 weights;
 //! * `ops::attention` with 16 heads × 64: self-attention (N = 238 … 1356), cross-attention
 //!   (context 257), differential self-attention, SAME-S style tiny chunks (34 tokens, hundreds of
 //!   chunks) and SAME-L style banded attention (±17 on 4096 tokens);
@@ -423,7 +424,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let kns: &[(usize, usize)] = if o.quick {
         &[(1024, 1024)]
     } else {
-        &[(1024, 1024), (1024, 4096), (4096, 1024), (4096, 4096)]
+        &[
+            (1024, 1024),
+            (1024, 3072),
+            (1024, 8192),
+            (4096, 1024),
+            (4096, 4096),
+        ]
     };
     for &nt in &o.threads {
         for &m in ms {

@@ -2,19 +2,24 @@
 //!
 //! 1. **Memory and speed** (one child process per precision, so each peak is its own): peak
 //!    RSS (`VmHWM`) of a whole generation (load, pack, text, DiT steps, decode), load time
-//!    (with packing), mean DiT step and its ratio to f32, measured in the same run.
+//!    (with packing), mean DiT step, decode and the whole `generate()` call, with their ratios
+//!    to f32 measured in the same run.
 //! 2. **Quality against the noise floor**: for each prompt × seed, the relative RMS error
 //!    against f32 of one DiT velocity (σ = 1, the prompt's conditioning), of the final latents
 //!    and of the decoded audio, next to the f32 seed-to-seed spread of the same quantity (same
 //!    prompt, the next seed): the floor.
 //! 3. **Sensitivity** (`--sensitivity`): the velocity error with only one layer group packed
 //!    (the rest f32), per group and format: which layers matter.
+//! 4. **Text encoder** (`--text`): T5Gemma's matrices packed as q8_0 (and W8A8): the
+//!    conditioning's error against the f32 encoder and the encode time.
 //!
 //! Options: `--model DIR` (default: a random small-music checkpoint written once to the
 //! system temp folder), `--seconds S` (memory runs, 10), `--steps N` (8), `--threads N` (2),
 //! `--precisions LIST` (`f32,q8,q8+w8a8,q4,q4-mixed`), `--prompts N` (of 8, default 2),
-//! `--seeds N` (2), `--quality-seconds S` (3), `--no-memory`, `--no-quality`, `--sensitivity`.
+//! `--seeds N` (2), `--quality-seconds S` (3), `--rounds N` (memory runs per variant, the
+//! minimum kept; 1), `--no-memory`, `--no-quality`, `--sensitivity`, `--text`.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -51,6 +56,8 @@ struct Opts {
     memory: bool,
     quality: bool,
     sensitivity: bool,
+    rounds: usize,
+    text: bool,
 }
 
 fn variant(s: &str) -> Result<(WeightPrecision, bool), String> {
@@ -81,6 +88,8 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         memory: true,
         quality: true,
         sensitivity: false,
+        rounds: 1,
+        text: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -97,9 +106,11 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "--precisions" => {
                 o.variants = val(a)?.split(',').map(variant).collect::<Result<_, _>>()?
             }
+            "--rounds" => o.rounds = (num(val(a)?, a)? as usize).max(1),
             "--no-memory" => o.memory = false,
             "--no-quality" => o.quality = false,
             "--sensitivity" => o.sensitivity = true,
+            "--text" => o.text = true,
             other => return Err(format!("unknown option `{other}`")),
         }
     }
@@ -165,15 +176,17 @@ fn child(args: &[String]) -> Result<(), String> {
     let load_s = t0.elapsed().as_secs_f64();
     let mut req = GenerateRequest::new(PROMPTS[0], secs);
     req.steps = steps;
+    let t_gen = Instant::now();
     let out = pipe
         .generate(&req, &mut SeededNoise::new(0), &mut |_| {
             std::ops::ControlFlow::Continue(())
         })
         .map_err(e)?;
+    let gen_s = t_gen.elapsed().as_secs_f64();
     let t = &out.timings;
     let step = t.steps.iter().map(|d| d.as_secs_f64()).sum::<f64>() / t.steps.len().max(1) as f64;
     println!(
-        "RESULT load={load_s:.3} text={:.3} step={step:.4} decode={:.3} rss={} held={} latents={}",
+        "RESULT load={load_s:.3} generate={gen_s:.3} text={:.3} step={step:.4} decode={:.3} rss={} held={} latents={}",
         t.text.as_secs_f64(),
         t.decode.as_secs_f64(),
         vm_hwm().unwrap_or(0),
@@ -186,56 +199,92 @@ fn child(args: &[String]) -> Result<(), String> {
 fn memory(o: &Opts, model: &Path) -> Result<(), String> {
     let exe = crate::self_exe().map_err(e)?;
     println!(
-        "\n## memory and speed: `aria generate` equivalent, {} s, {} steps, {} threads, one process each",
-        o.seconds, o.steps, o.threads
+        "\n## memory and speed: `aria generate` equivalent, {} s, {} steps, {} threads, one process each, {} round(s)",
+        o.seconds, o.steps, o.threads, o.rounds
     );
-    println!("| precision | DiT linears (GB) | peak RSS (GB) | load+pack (s) | DiT step (s) | step / f32 | decode (s) |");
-    println!("|---|---|---|---|---|---|---|");
-    let mut f32_step = None;
-    for &v in &o.variants {
-        let out = Command::new(&exe)
-            .args([
-                "bench",
-                "quant",
-                "--child",
-                &model.display().to_string(),
-                &vname(v),
-            ])
-            .args([
-                o.seconds.to_string(),
-                o.steps.to_string(),
-                o.threads.to_string(),
-            ])
-            .output()
-            .map_err(e)?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        let Some(line) = text.lines().find(|l| l.starts_with("RESULT")) else {
+    // Per variant, the minimum of each measure over the rounds (the peak RSS: the maximum).
+    // The variants run in turn, in reverse order every other round, so that a drift of the
+    // machine's load hits them alike.
+    let mut best: Vec<Option<BTreeMap<String, f64>>> = vec![None; o.variants.len()];
+    let mut failed: Vec<Option<String>> = vec![None; o.variants.len()];
+    for round in 0..o.rounds {
+        let order: Vec<usize> = if round % 2 == 0 {
+            (0..o.variants.len()).collect()
+        } else {
+            (0..o.variants.len()).rev().collect()
+        };
+        for i in order {
+            let v = o.variants[i];
+            let out = Command::new(&exe)
+                .args([
+                    "bench",
+                    "quant",
+                    "--child",
+                    &model.display().to_string(),
+                    &vname(v),
+                ])
+                .args([
+                    o.seconds.to_string(),
+                    o.steps.to_string(),
+                    o.threads.to_string(),
+                ])
+                .output()
+                .map_err(e)?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            let Some(line) = text.lines().find(|l| l.starts_with("RESULT")) else {
+                failed[i] = Some(String::from_utf8_lossy(&out.stderr).trim().to_string());
+                continue;
+            };
+            let m: BTreeMap<String, f64> = line
+                .split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .filter_map(|(k, x)| x.parse().ok().map(|x| (k.to_string(), x)))
+                .collect();
+            let slot = best[i].get_or_insert_with(BTreeMap::new);
+            for (k, x) in m {
+                let e = slot.entry(k.clone()).or_insert(x);
+                *e = if k == "rss" || k == "held" {
+                    e.max(x)
+                } else {
+                    e.min(x)
+                };
+            }
+            eprintln!("round {round}: {} {line}", vname(v));
+        }
+    }
+    println!("| precision | DiT linears (GB) | peak RSS (GB) | load+pack (s) | DiT step (s) | step / f32 | decode (s) | generate() (s) | generate / f32 |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let f32_of = |k: &str| {
+        o.variants
+            .iter()
+            .position(|v| *v == (WeightPrecision::F32, false))
+            .and_then(|i| best[i].as_ref())
+            .and_then(|m| m.get(k).copied())
+    };
+    let (f32_step, f32_gen) = (f32_of("step"), f32_of("generate"));
+    for (i, &v) in o.variants.iter().enumerate() {
+        let Some(m) = &best[i] else {
             println!(
                 "| {} | failed: {} |",
                 vname(v),
-                String::from_utf8_lossy(&out.stderr).trim()
+                failed[i].as_deref().unwrap_or("no result")
             );
             continue;
         };
-        let m = |k: &str| -> f64 {
-            line.split_whitespace()
-                .filter_map(|kv| kv.split_once('='))
-                .find(|(kk, _)| *kk == k)
-                .and_then(|(_, x)| x.parse().ok())
-                .unwrap_or(f64::NAN)
-        };
-        if v == (WeightPrecision::F32, false) {
-            f32_step = Some(m("step"));
-        }
+        let g = |k: &str| m.get(k).copied().unwrap_or(f64::NAN);
+        let ratio =
+            |base: Option<f64>, k: &str| base.map_or("n/a".into(), |f| format!("{:.2}", g(k) / f));
         println!(
-            "| {} | {:.3} | {:.3} | {:.2} | {:.3} | {} | {:.2} |",
+            "| {} | {:.3} | {:.3} | {:.2} | {:.3} | {} | {:.2} | {:.2} | {} |",
             vname(v),
-            m("held") / 1e9,
-            m("rss") / 1e9,
-            m("load"),
-            m("step"),
-            f32_step.map_or("n/a".into(), |f| format!("{:.2}", m("step") / f)),
-            m("decode")
+            g("held") / 1e9,
+            g("rss") / 1e9,
+            g("load"),
+            g("step"),
+            ratio(f32_step, "step"),
+            g("decode"),
+            g("generate"),
+            ratio(f32_gen, "generate")
         );
     }
     Ok(())
@@ -499,6 +548,74 @@ pub fn run(args: &[String]) -> Result<(), String> {
     }
     if o.sensitivity {
         sensitivity(&o, &model)?;
+    }
+    if o.text {
+        text(&o, &model)?;
+    }
+    Ok(())
+}
+
+/// The T5Gemma encoder packed as q8_0 (`LoadOptions::quantize_text`), plain and W8A8: the
+/// conditioning's relative error against f32 over the prompts and the encode time, alternating
+/// f32 and packed encoders over 3 rounds (minimum kept).
+fn text(o: &Opts, model: &Path) -> Result<(), String> {
+    let files = resolve_model(&model.display().to_string(), &SearchPaths::default()).map_err(e)?;
+    aria_core::threads::set_num_threads(o.threads).map_err(e)?;
+    let pipe = |quantize_text: bool, w8a8: bool| {
+        let opts = LoadOptions {
+            quantize_text,
+            w8a8,
+            precision: w8a8.then_some(WeightPrecision::Q8),
+            ..Default::default()
+        };
+        Pipeline::load(&files, &opts).map_err(e)
+    };
+    let prompts: Vec<&str> = PROMPTS[..o.prompts].to_vec();
+    let variants = [
+        ("f32 (bf16 weights)", pipe(false, false)?),
+        ("q8", pipe(true, false)?),
+        ("q8+w8a8", pipe(true, true)?),
+    ];
+    let mut best = [f64::INFINITY; 3];
+    let mut outs: Vec<Vec<Vec<f32>>> = vec![Vec::new(); 3];
+    for round in 0..3 {
+        for (i, (_, p)) in variants.iter().enumerate() {
+            let mut embs = Vec::new();
+            let t0 = Instant::now();
+            for q in &prompts {
+                let (emb, _) = p.text().encode_prompts(&[q]).map_err(e)?;
+                embs.push(emb.to_vec_f32().map_err(e)?);
+            }
+            best[i] = best[i].min(t0.elapsed().as_secs_f64());
+            if round == 0 {
+                outs[i] = embs;
+            }
+        }
+    }
+    println!(
+        "\n## text encoder: {} prompts, {} threads (time: all prompts, minimum of 3 rounds)",
+        prompts.len(),
+        o.threads
+    );
+    println!(
+        "| text encoder | conditioning rel-RMS vs f32 (mean / max) | encode (s) | time / f32 |"
+    );
+    println!("|---|---|---|---|");
+    for (i, (name, _)) in variants.iter().enumerate() {
+        let errs: Vec<f64> = outs[i]
+            .iter()
+            .zip(&outs[0])
+            .map(|(a, b)| rel_rms(a, b))
+            .collect();
+        let mean = errs.iter().sum::<f64>() / errs.len().max(1) as f64;
+        let max = errs.iter().copied().fold(0.0, f64::max);
+        println!(
+            "| {name} | {:.2e} / {:.2e} | {:.3} | {:.2} |",
+            mean,
+            max,
+            best[i],
+            best[i] / best[0]
+        );
     }
     Ok(())
 }

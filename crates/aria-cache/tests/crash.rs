@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use aria_cache::manager::{Admission, Capacity, Manager, ManagerConfig};
 use aria_cache::select::SplitMix64;
 use aria_cache::store::{now_ms, Audio, NewEntry, SqliteStore, Store, StoredLatents};
+use aria_testing::TempDir;
 
 const CHILD_DB: &str = "ARIA_CRASH_CHILD_DB";
 const CHILD_SEED: &str = "ARIA_CRASH_CHILD_SEED";
@@ -294,9 +295,8 @@ fn check(db: &std::path::Path, m: &Model, pending: &Option<Op>) -> Model {
 
 #[test]
 fn acknowledged_writes_survive_sigkill() {
-    let dir = std::env::temp_dir().join(format!("aria-crash-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    // Declared first: it outlives every child process of the test.
+    let dir = TempDir::new("crash");
     let db = dir.join("cache.sqlite");
     let exe = std::env::current_exe().unwrap();
     let seed: u64 = std::env::var("ARIA_CRASH_SEED")
@@ -385,5 +385,4 @@ fn acknowledged_writes_survive_sigkill() {
         "only {in_flight} kills landed during a write"
     );
     assert!(model.state > 0 && !model.entries.is_empty());
-    let _ = std::fs::remove_dir_all(&dir);
 }

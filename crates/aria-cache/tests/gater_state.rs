@@ -12,6 +12,7 @@ use aria_cache::{
     WarmLatents,
 };
 use aria_core::Tensor;
+use aria_testing::TempDir;
 
 fn trained() -> Gater {
     let mut s = Simulator::new(SimConfig::default());
@@ -76,15 +77,9 @@ fn truncated_or_corrupt_state_is_an_error() {
     assert!(Gater::from_bytes(&long).is_err());
 }
 
-fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("aria-gater-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
 #[test]
 fn state_persists_in_the_sqlite_store() {
-    let dir = tmp("store");
+    let dir = TempDir::new("gater-store");
     let g = trained();
     {
         let mut st = store::open(dir.to_str().unwrap()).unwrap();
@@ -121,7 +116,6 @@ fn state_persists_in_the_sqlite_store() {
         .unwrap();
     assert!(Gater::load(st.as_ref(), "emb", 16, cfg).is_err());
     drop(st);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 struct FirstWord;
@@ -207,7 +201,7 @@ fn gated(dir: &std::path::Path) -> Cache {
 
 #[test]
 fn the_cache_asks_the_gater_and_saves_it() {
-    let dir = tmp("cache");
+    let dir = TempDir::new("gater-cache");
     let g = Mock;
     let mut c = gated(&dir);
     assert_eq!(c.gater().unwrap().gater().updates(), 0);
@@ -245,7 +239,6 @@ fn the_cache_asks_the_gater_and_saves_it() {
     let c = gated(&dir);
     assert_eq!(c.gater().unwrap().gater(), &learned);
     drop(c);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -15,15 +15,9 @@ use aria_cache::{
     Audio, Cache, CacheConfig, Embedder, Generation, Generator, Request, Result, WarmLatents,
 };
 use aria_core::Tensor;
+use aria_testing::TempDir;
 
 const HOUR: i64 = 3_600_000;
-
-fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("aria-manager-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d.join("cache.sqlite")
-}
 
 fn clip(prompt: &str, samples: usize) -> NewEntry {
     NewEntry {
@@ -38,7 +32,8 @@ fn clip(prompt: &str, samples: usize) -> NewEntry {
 
 #[test]
 fn eviction_follows_decayed_importance_then_age() {
-    let mut s = SqliteStore::open(tmp("order")).unwrap();
+    let dir = TempDir::new("manager-order");
+    let mut s = SqliteStore::open(dir.join("cache.sqlite")).unwrap();
     let ids: Vec<u64> = (0..4)
         .map(|i| s.insert(&clip(&format!("p{i}"), 10)).unwrap())
         .collect();
@@ -86,7 +81,8 @@ fn eviction_follows_decayed_importance_then_age() {
 
 #[test]
 fn capacity_by_bytes_and_admission_policies() {
-    let mut s = SqliteStore::open(tmp("bytes")).unwrap();
+    let dir = TempDir::new("manager-bytes");
+    let mut s = SqliteStore::open(dir.join("cache.sqlite")).unwrap();
     // 100 samples = 400 bytes each; at most 1 000 bytes.
     let cfg = ManagerConfig {
         capacity: Capacity {
@@ -112,7 +108,8 @@ fn capacity_by_bytes_and_admission_policies() {
     assert_eq!(m.admit(&mut s, clip("huge", 300), now).unwrap().0, None);
 
     // Quality threshold.
-    let mut s = SqliteStore::open(tmp("quality")).unwrap();
+    let dir = TempDir::new("manager-quality");
+    let mut s = SqliteStore::open(dir.join("cache.sqlite")).unwrap();
     let cfg = ManagerConfig {
         admission: Admission::MinQuality(0.5),
         ..Default::default()
@@ -131,7 +128,8 @@ fn capacity_by_bytes_and_admission_policies() {
         .is_none());
 
     // More important than the weakest when full.
-    let mut s = SqliteStore::open(tmp("weakest")).unwrap();
+    let dir = TempDir::new("manager-weakest");
+    let mut s = SqliteStore::open(dir.join("cache.sqlite")).unwrap();
     let cfg = ManagerConfig {
         capacity: Capacity::entries(2),
         admission: Admission::BeatsWeakest,
@@ -253,7 +251,8 @@ impl Generator for Mock {
 
 #[test]
 fn the_cache_admits_scores_and_evicts_through_its_manager() {
-    let path = tmp("cache");
+    let dir = TempDir::new("manager-cache");
+    let path = dir.join("cache.sqlite");
     let cfg = CacheConfig {
         manager: Some(ManagerConfig {
             capacity: Capacity::entries(3),
@@ -345,7 +344,8 @@ fn fast() -> RefineConfig {
 
 #[test]
 fn refinement_keeps_the_best_of_three_and_the_bookkeeping() {
-    let path = tmp("refine");
+    let dir = TempDir::new("manager-refine");
+    let path = dir.join("cache.sqlite");
     let id = weak_entry(&path);
     let before = SqliteStore::open(&path).unwrap().get(id).unwrap().unwrap();
     // A tone on one seed in three: one attempt of three candidates finds one almost surely.
@@ -400,7 +400,8 @@ fn refinement_keeps_the_best_of_three_and_the_bookkeeping() {
 
 #[test]
 fn at_most_five_attempts_per_entry_even_across_restarts() {
-    let path = tmp("attempts");
+    let dir = TempDir::new("manager-attempts");
+    let path = dir.join("cache.sqlite");
     let id = weak_entry(&path);
     // Never a tone: never better.
     let gen = Arc::new(Mock::new(99, Duration::ZERO));
@@ -434,7 +435,8 @@ fn at_most_five_attempts_per_entry_even_across_restarts() {
 
 #[test]
 fn the_worker_keeps_to_its_share_pauses_for_requests_and_stops_on_drop() {
-    let path = tmp("share");
+    let dir = TempDir::new("manager-share");
+    let path = dir.join("cache.sqlite");
     weak_entry(&path);
     let gen = Arc::new(Mock::new(99, Duration::from_millis(20)));
     let cfg = RefineConfig {

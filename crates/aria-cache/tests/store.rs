@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use aria_cache::store::{self, NewEntry, SqliteStore, Store, StoredLatents};
 use aria_cache::{Audio, Cache, CacheConfig, Embedder, Result};
+use aria_testing::TempDir;
 
 /// Bag-of-words hashing into 32 dimensions, normalized: close prompts share words.
 struct Words;
@@ -36,12 +37,6 @@ impl Embedder for Words {
     }
 }
 
-fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("aria-cache-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
 fn entry(i: usize) -> NewEntry {
     let mut embeddings = BTreeMap::new();
     embeddings.insert("e".to_string(), vec![i as f32, 1.0, -0.5]);
@@ -68,7 +63,7 @@ fn entry(i: usize) -> NewEntry {
 
 #[test]
 fn entries_round_trip_and_survive_reopening() {
-    let dir = tmp("rt");
+    let dir = TempDir::new("cache-rt");
     let path = dir.join("c.sqlite");
     let ids: Vec<u64> = {
         let mut s = SqliteStore::open(&path).unwrap();
@@ -123,12 +118,11 @@ fn entries_round_trip_and_survive_reopening() {
     assert_eq!(s.clear().unwrap(), 2);
     assert_eq!(s.stats().unwrap().entries, 0);
     drop(s);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_reopened_cache_has_the_same_entries_and_index() {
-    let dir = tmp("reopen");
+    let dir = TempDir::new("cache-reopen");
     let prompts = [
         "a dog barks in the distance",
         "rain falls on a tin roof",
@@ -184,5 +178,4 @@ fn a_reopened_cache_has_the_same_entries_and_index() {
     drop(c);
     let e = store::open("postgres://host/db").err().unwrap().to_string();
     assert!(e.contains("postgres"), "{e}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

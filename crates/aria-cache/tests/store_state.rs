@@ -8,13 +8,7 @@ use aria_cache::store::{
     decayed_importance, Audio, NewEntry, SqliteStore, Store, StoredLatents,
     IMPORTANCE_DECAY_PER_HOUR,
 };
-
-fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("aria-store-state-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d.join("cache.sqlite")
-}
+use aria_testing::TempDir;
 
 fn entry(prompt: &str, fill: f32) -> NewEntry {
     let mut embeddings = BTreeMap::new();
@@ -42,7 +36,8 @@ fn entry(prompt: &str, fill: f32) -> NewEntry {
 
 #[test]
 fn state_blobs_replace_atomically_and_survive_reopening() {
-    let path = tmp("state");
+    let dir = TempDir::new("store-state-state");
+    let path = dir.join("cache.sqlite");
     {
         let mut s = SqliteStore::open(&path).unwrap();
         assert_eq!(s.get_state("gater").unwrap(), None);
@@ -66,7 +61,8 @@ fn state_blobs_replace_atomically_and_survive_reopening() {
 
 #[test]
 fn replace_swaps_the_clip_and_keeps_the_bookkeeping() {
-    let path = tmp("replace");
+    let dir = TempDir::new("store-state-replace");
+    let path = dir.join("cache.sqlite");
     let mut s = SqliteStore::open(&path).unwrap();
     let a = s.insert(&entry("first", 0.25)).unwrap();
     let b = s.insert(&entry("other", 0.5)).unwrap();
@@ -101,7 +97,8 @@ fn replace_swaps_the_clip_and_keeps_the_bookkeeping() {
 
 #[test]
 fn hits_decay_the_importance_by_point_nine_per_hour() {
-    let path = tmp("decay");
+    let dir = TempDir::new("store-state-decay");
+    let path = dir.join("cache.sqlite");
     let mut s = SqliteStore::open(&path).unwrap();
     let mut e = entry("x", 0.5);
     e.importance = 0.0;
@@ -119,7 +116,8 @@ fn hits_decay_the_importance_by_point_nine_per_hour() {
 
 #[test]
 fn a_schema_one_file_opens_and_migrates() {
-    let path = tmp("migrate");
+    let dir = TempDir::new("store-state-migrate");
+    let path = dir.join("cache.sqlite");
     {
         let c = rusqlite::Connection::open(&path).unwrap();
         c.execute_batch(

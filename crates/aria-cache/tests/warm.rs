@@ -12,6 +12,7 @@ use aria_cache::{
     WarmLatents,
 };
 use aria_core::Tensor;
+use aria_testing::TempDir;
 
 /// Same-word prompts map to the same vector: one dimension per distinct first word.
 struct FirstWord;
@@ -110,8 +111,7 @@ fn open(dir: &std::path::Path, skip: SkipPolicy) -> Cache {
 
 #[test]
 fn hits_reuse_latents_or_stretch_audio_and_book_importance() {
-    let dir = std::env::temp_dir().join(format!("aria-cache-mock-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = TempDir::new("cache-mock");
     let g = Mock::default();
     let mut c = open(&dir, SkipPolicy::Fraction(0.5));
 
@@ -189,7 +189,6 @@ fn hits_reuse_latents_or_stretch_audio_and_book_importance() {
     assert_eq!(c.clear().unwrap(), 5);
     assert!(c.is_empty());
     drop(c);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -4,12 +4,7 @@
 use aria_codec::audio::{self, AudioClip, WavFormat};
 use aria_codec::CodecError;
 use aria_core::Tensor;
-
-fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("aria-codec-test-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
-}
+use aria_testing::TempDir;
 
 fn sine(ch: usize, n: usize, sr: f32, f: f32) -> Tensor {
     let mut v = Vec::with_capacity(ch * n);
@@ -24,7 +19,8 @@ fn sine(ch: usize, n: usize, sr: f32, f: f32) -> Tensor {
 #[test]
 fn wav_f32_round_trip_is_exact() {
     let x = sine(2, 1000, 44100.0, 440.0);
-    let p = tmp("f32.wav");
+    let dir = TempDir::new("codec-test");
+    let p = dir.join("f32.wav");
     audio::write_wav(&p, &x.unsqueeze(0).unwrap(), 44100, WavFormat::F32).unwrap();
     let c = audio::read_audio(&p).unwrap();
     assert_eq!(c.sample_rate, 44100);
@@ -35,7 +31,8 @@ fn wav_f32_round_trip_is_exact() {
 #[test]
 fn wav_pcm16_round_trip_within_quantisation() {
     let x = sine(2, 1000, 44100.0, 440.0);
-    let p = tmp("i16.wav");
+    let dir = TempDir::new("codec-test");
+    let p = dir.join("i16.wav");
     audio::write_wav(&p, &x, 44100, WavFormat::Pcm16).unwrap();
     let c = audio::read_audio(&p).unwrap();
     let (a, b) = (c.data.to_vec_f32().unwrap(), x.to_vec_f32().unwrap());
@@ -49,13 +46,15 @@ fn wav_pcm16_round_trip_within_quantisation() {
 
 #[test]
 fn unreadable_and_empty_files_name_the_file() {
-    let p = tmp("garbage.mp3");
+    let dir = TempDir::new("codec-test");
+    let p = dir.join("garbage.mp3");
     std::fs::write(&p, b"this is not audio at all").unwrap();
     let e = audio::read_audio(&p).unwrap_err();
     assert!(matches!(e, CodecError::Audio { .. }));
     assert!(e.to_string().contains("garbage.mp3"), "{e}");
 
-    let p = tmp("empty.wav");
+    let dir = TempDir::new("codec-test");
+    let p = dir.join("empty.wav");
     audio::write_wav(
         &p,
         &Tensor::zeros(&[2, 0], aria_core::DType::F32),
@@ -69,7 +68,8 @@ fn unreadable_and_empty_files_name_the_file() {
         "{e}"
     );
 
-    let e = audio::read_audio(tmp("missing.flac")).unwrap_err();
+    let dir = TempDir::new("codec-test");
+    let e = audio::read_audio(dir.join("missing.flac")).unwrap_err();
     assert!(e.to_string().contains("missing.flac"), "{e}");
 }
 
@@ -154,7 +154,8 @@ fn aiff_is_read_through_symphonia() {
         inter.push((i as i16 - 250) * 100);
         inter.push(-(i as i16 - 250) * 100);
     }
-    let p = tmp("tone.aiff");
+    let dir = TempDir::new("codec-test");
+    let p = dir.join("tone.aiff");
     write_aiff(&p, 2, 32000, &inter);
     let c = audio::read_audio(&p).unwrap();
     assert_eq!(c.sample_rate, 32000);

@@ -7,6 +7,7 @@ mod common;
 use aria_codec::{Autoencoder, AutoencoderConfig};
 use aria_core::{Tensor, WeightLoader};
 use aria_testing::fixtures::fixture;
+use aria_testing::TempDir;
 use common::{assert_bits_eq, tensors};
 
 fn cfg() -> Option<AutoencoderConfig> {
@@ -30,8 +31,7 @@ fn standalone_file_without_prefix_loads_the_same_model() {
         .map(|n| (n.clone(), ae.get_any(&n).unwrap()))
         .collect();
     let refs: Vec<(&str, &Tensor)> = owned.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let dir = std::env::temp_dir().join(format!("aria-codec-standalone-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("codec-standalone");
     let path = dir.join("same.safetensors");
     aria_core::save_safetensors(&path, &refs, None).unwrap();
 
@@ -43,7 +43,6 @@ fn standalone_file_without_prefix_loads_the_same_model() {
         &b.decode(&z, None).unwrap(),
         &a.decode(&z, None).unwrap(),
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

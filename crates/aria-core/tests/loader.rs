@@ -4,8 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
 
 use aria_core::config::{json_path, read_config, read_json};
 use aria_core::loader::{parse_header, SafeTensorsErrorKind as K};
@@ -13,19 +12,7 @@ use aria_core::{
     bf16, f16, save_safetensors, CoreError, DType, SafeTensorsFile, Tensor, WeightLoader,
 };
 use aria_testing::fixtures::fixture;
-
-/// A fresh, empty scratch folder for one test.
-fn scratch(test: &str) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    let d = std::env::temp_dir().join(format!(
-        "aria-core-loader-{}-{test}-{n}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+use aria_testing::TempDir;
 
 /// A safetensors file from a header string and a data section.
 fn build(header: &str, data: &[u8]) -> Vec<u8> {
@@ -52,7 +39,7 @@ impl Rng {
 
 /// A small valid file with several dtypes, a zero-element tensor and metadata.
 fn sample_file() -> Vec<u8> {
-    let d = scratch("sample");
+    let d = TempDir::new("core-loader-sample");
     let p = d.join("s.safetensors");
     let a = Tensor::from_vec((0..6).map(|i| i as f32 * 0.5 - 1.0).collect(), &[2, 3]).unwrap();
     let b = Tensor::from_vec(vec![bf16::from_f32(1.5), bf16::from_f32(-2.0)], &[2]).unwrap();
@@ -74,9 +61,7 @@ fn sample_file() -> Vec<u8> {
         Some(&meta),
     )
     .unwrap();
-    let bytes = std::fs::read(&p).unwrap();
-    std::fs::remove_dir_all(&d).unwrap();
-    bytes
+    std::fs::read(&p).unwrap()
 }
 
 fn kind(e: &CoreError) -> Option<K> {
@@ -370,7 +355,7 @@ fn truncated_at_every_offset() {
         assert!(!differential(bytes));
     }
     // Truncated files on disk give the same errors through the loader.
-    let d = scratch("trunc");
+    let d = TempDir::new("core-loader-trunc");
     for cut in [0, 5, 8, 9, n + 8, good.len() - 1] {
         let p = d.join(format!("cut{cut}.safetensors"));
         std::fs::write(&p, &good[..cut]).unwrap();
@@ -381,7 +366,6 @@ fn truncated_at_every_offset() {
             "{e}"
         );
     }
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
@@ -599,7 +583,7 @@ fn hostile_headers() {
 
 #[test]
 fn sharded_index() {
-    let d = scratch("shards");
+    let d = TempDir::new("core-loader-shards");
     let a = Tensor::from_vec(vec![1f32, 2., 3., 4.], &[2, 2]).unwrap();
     let b = Tensor::from_vec(vec![5f32, 6.], &[2]).unwrap();
     save_safetensors(d.join("m-00001.safetensors"), &[("x.a", &a)], None).unwrap();
@@ -696,12 +680,11 @@ fn sharded_index() {
     assert!(matches!(e, CoreError::Invalid(_)), "{e}");
     let e = WeightLoader::open(&[d.join("absent.safetensors")]).unwrap_err();
     assert!(matches!(e, CoreError::Io { .. }) && e.to_string().contains("absent.safetensors"));
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn save_round_trip_every_dtype() {
-    let d = scratch("save");
+    let d = TempDir::new("core-loader-save");
     let p = d.join("rt.safetensors");
     let base =
         Tensor::from_vec((0..24).map(|i| i as f32 * 0.37 - 3.0).collect(), &[2, 3, 4]).unwrap();
@@ -763,13 +746,12 @@ fn save_round_trip_every_dtype() {
     assert_eq!(kind(&e), Some(K::Write), "{e}");
     let e = save_safetensors(d.join("no/such/dir.safetensors"), &[("a", &base)], None).unwrap_err();
     assert!(matches!(e, CoreError::Io { .. }), "{e}");
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn in_memory_matches_file() {
     let good = sample_file();
-    let d = scratch("mem");
+    let d = TempDir::new("core-loader-mem");
     let p = d.join("m.safetensors");
     std::fs::write(&p, &good).unwrap();
     let a = SafeTensorsFile::open(&p).unwrap();
@@ -805,12 +787,11 @@ fn in_memory_matches_file() {
     let t = f.tensor("t").unwrap();
     assert!(!t.is_mapped());
     assert_eq!(t.to_vec::<f32>().unwrap(), vec![1.5, -2.25]);
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn json_config_helpers() {
-    let d = scratch("json");
+    let d = TempDir::new("core-loader-json");
     let p = d.join("model_config.json");
     std::fs::write(&p, r#"{"model": {"io_channels": 16, "name": "x"}}"#).unwrap();
     let v = read_json(&p).unwrap();
@@ -843,7 +824,6 @@ fn json_config_helpers() {
     assert!(read_json(&p).is_err());
     let e = read_json(d.join("absent.json")).unwrap_err();
     assert!(matches!(e, CoreError::Io { .. }) && e.to_string().contains("absent.json"));
-    std::fs::remove_dir_all(&d).unwrap();
     // The fixture config parses.
     if let Some(p) = fixture("sa3-tiny/model_config.json") {
         let v = read_json(&p).unwrap();

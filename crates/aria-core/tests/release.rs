@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 use aria_core::{save_safetensors, SafeTensorsFile, Tensor, WeightLoader};
+use aria_testing::TempDir;
 
 /// The process's resident file-backed bytes (`RssFile`), where the platform reports it.
 fn rss_file() -> Option<u64> {
@@ -13,8 +14,7 @@ fn rss_file() -> Option<u64> {
 
 #[test]
 fn released_pages_leave_the_resident_set_and_read_back_the_same() {
-    let dir = std::env::temp_dir().join(format!("aria-release-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("release");
     let path = dir.join("w.safetensors");
     let n = 8 << 20; // 32 MiB of f32
     let v: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 0.5).collect();
@@ -84,5 +84,4 @@ fn released_pages_leave_the_resident_set_and_read_back_the_same() {
     assert!(mt.is_mapped());
     assert_eq!(mt.release_pages().unwrap(), 0);
     assert_eq!(mt.to_vec::<f32>().unwrap(), v);
-    let _ = std::fs::remove_dir_all(&dir);
 }

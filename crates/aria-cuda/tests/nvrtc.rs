@@ -50,19 +50,18 @@ fn cache_compiles_once_per_source() {
     if !nvrtc_or_skip("cache_compiles_once_per_source") {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("aria-cuda-ptx-{}", std::process::id()));
-    let cache = PtxCache::new(Some(dir.clone()));
+    let dir = aria_testing::TempDir::new("cuda-ptx");
+    let cache = PtxCache::new(Some(dir.to_path_buf()));
     let k = &SOURCES[1];
     let a = cache.get(k, "compute_80").expect("compile");
     let b = cache.get(k, "compute_80").expect("cached");
     assert_eq!(a, b);
     assert_eq!(cache.compiled(), 1);
     // A second cache over the same directory reads the file instead of compiling.
-    let again = PtxCache::new(Some(dir.clone()));
+    let again = PtxCache::new(Some(dir.to_path_buf()));
     let c = again.get(k, "compute_80").expect("from disk");
     assert_eq!(a, c);
     assert_eq!(again.compiled(), 0);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! Typed `model_config.json`: fixtures, presets, key errors, text-encoder folder resolution.
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use aria_core::WeightLoader;
 use aria_dit::conditioner::TextConditioner;
@@ -10,15 +10,8 @@ use aria_dit::t5gemma::{
     AttnImplementation, HiddenActivation, LayerType, Precision, RopeType, T5GemmaConfig,
 };
 use aria_testing::fixtures::fixture;
+use aria_testing::TempDir;
 use serde_json::Value;
-
-/// A fresh scratch folder under the system temp dir.
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("aria-text-config-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 fn write_json(path: &Path, v: &Value) {
     std::fs::write(path, serde_json::to_string_pretty(v).unwrap()).unwrap();
@@ -31,7 +24,7 @@ fn fixture_json(model: &str) -> Option<Value> {
 
 /// Parse `v` written to a scratch folder; the error message if it fails.
 fn parse_err(name: &str, v: &Value) -> String {
-    let d = scratch(name);
+    let d = TempDir::new(&format!("text-config-{name}"));
     let p = d.join("model_config.json");
     write_json(&p, v);
     let e = ModelConfig::from_file(&p).unwrap_err().to_string();
@@ -39,7 +32,6 @@ fn parse_err(name: &str, v: &Value) -> String {
         e.contains(&p.display().to_string()),
         "error names the file: {e}"
     );
-    std::fs::remove_dir_all(d).unwrap();
     e
 }
 
@@ -238,7 +230,7 @@ fn released_layout_and_folder_errors() {
     let Some(ckpt) = fixture("sa3-tiny/model.safetensors") else {
         return;
     };
-    let d = scratch("released");
+    let d = TempDir::new("text-config-released");
     let cfg = ModelConfig::preset("small-sfx").unwrap().with_dir(&d);
     // No folder yet.
     let e = cfg.t5_folder().unwrap_err().to_string();
@@ -293,7 +285,6 @@ fn released_layout_and_folder_errors() {
     write_json(&cj, &v);
     let e = T5GemmaConfig::from_file(&cj).unwrap_err().to_string();
     assert!(e.contains("`encoder.hidden_size`: missing key"), "{e}");
-    std::fs::remove_dir_all(d).unwrap();
 }
 
 #[test]

@@ -6,8 +6,12 @@
 //! - dense tensors (biases, norms, weights a policy keeps dense) are stored as they are;
 //! - `__metadata__` holds [`META_VERSION`] (the container version, [`CONTAINER_VERSION`]),
 //!   [`META_POLICY`], [`META_SOURCE`] (a checksum of the weights it was made from, compared by
-//!   [`PackedFile::check_source`]) and [`META_TABLE`], a JSON object
+//!   [`PackedFile::check_source`]), optionally [`META_DECODER`] (the format of the
+//!   autoencoder decoder's packed matrices) and [`META_TABLE`], a JSON object
 //!   `{name: {"format": "q4_k/v1", "shape": [out, in], "xxh64": "<16 hex digits>"}}`.
+//!
+//! [`write_packed_stream`] writes one tensor at a time (the header is laid out first from
+//! the declared shapes), so a whole model is never held in memory.
 //!
 //! Reading checks every rule and names what breaks it: an unknown container version or format
 //! tag, a table entry without its tensor or with the wrong dtype or byte shape, a tensor whose
@@ -16,12 +20,13 @@
 //! safetensors parser ([`aria_core::CoreError::SafeTensors`]).
 
 use std::collections::{BTreeMap, HashMap};
+use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
 
 use aria_core::nn::{PackedSource, PackedWeight};
-use aria_core::{save_safetensors, DType, SafeTensorsFile, Tensor};
+use aria_core::{DType, SafeTensorsFile, Tensor};
 use serde_json::{json, Value};
 
 use crate::{xxh64, Compute, Format, PackedMatrix, QuantError, Result};
@@ -34,6 +39,9 @@ pub const META_VERSION: &str = "aria.quant.version";
 pub const META_POLICY: &str = "aria.quant.policy";
 /// Metadata key: checksum of the source weights.
 pub const META_SOURCE: &str = "aria.quant.source";
+/// Metadata key (optional): the format the autoencoder decoder's matrices are packed in
+/// (e.g. `q8_0`); absent when they are stored dense.
+pub const META_DECODER: &str = "aria.quant.decoder";
 /// Metadata key: the packed-tensor table.
 pub const META_TABLE: &str = "aria.quant.tensors";
 
@@ -48,6 +56,9 @@ pub struct PackMeta {
     /// Checksum of the source weights (the writer chooses how; e.g. [`xxh64`] of the source
     /// file as 16 hex digits).
     pub source: String,
+    /// The format of the autoencoder decoder's packed matrices ([`META_DECODER`]), if they
+    /// are packed.
+    pub decoder: Option<String>,
 }
 
 /// One tensor to write.
@@ -70,44 +81,265 @@ pub struct TableEntry {
     pub xxh64: u64,
 }
 
-/// Write `entries` and `meta` as a packed safetensors file.
+/// Write `entries` and `meta` as a packed safetensors file (through [`write_packed_stream`]:
+/// the file's bytes are the same, and only one tensor's bytes are copied at a time).
 pub fn write_packed(
     path: impl AsRef<Path>,
     entries: &[(&str, Entry<'_>)],
     meta: &PackMeta,
 ) -> Result<()> {
-    let path = path.as_ref();
-    let mut table = serde_json::Map::new();
-    let mut tensors: Vec<(&str, &Tensor)> = Vec::with_capacity(entries.len());
-    for (name, e) in entries {
-        match e {
-            Entry::Packed(p) => {
-                table.insert(
-                    name.to_string(),
-                    json!({
-                        "format": p.format().tag(),
-                        "shape": [p.rows(), p.cols()],
-                        "xxh64": format!("{:016x}", xxh64(p.bytes()?)),
-                    }),
-                );
-                tensors.push((name, p.data()));
+    let specs: Vec<(String, Spec)> = entries
+        .iter()
+        .map(|(name, e)| {
+            let spec = match e {
+                Entry::Packed(p) => Spec::Packed {
+                    format: p.format(),
+                    shape: [p.rows(), p.cols()],
+                },
+                Entry::Dense(t) => Spec::Dense {
+                    dtype: t.dtype(),
+                    shape: t.shape().to_vec(),
+                },
+            };
+            (name.to_string(), spec)
+        })
+        .collect();
+    let mut produce = |i: usize| -> Result<Item> {
+        Ok(match entries[i].1 {
+            Entry::Packed(p) => Item::Packed(p.clone()),
+            Entry::Dense(t) => Item::Dense(t.clone()),
+        })
+    };
+    write_packed_stream(path, &specs, meta, &mut produce, &mut |_| Ok(()))
+}
+
+/// What a streamed tensor will be, declared before its bytes exist
+/// ([`write_packed_stream`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Spec {
+    /// A packed weight: its format and logical shape `[out, in]` (stored as
+    /// `U8 [out, row_bytes]`).
+    Packed {
+        /// The format.
+        format: Format,
+        /// Logical shape `[out, in]`.
+        shape: [usize; 2],
+    },
+    /// A dense tensor, written as it is.
+    Dense {
+        /// Its dtype.
+        dtype: DType,
+        /// Its shape.
+        shape: Vec<usize>,
+    },
+}
+
+impl Spec {
+    /// The stored dtype, shape and byte size.
+    fn stored(&self) -> (DType, Vec<usize>, usize) {
+        match self {
+            Spec::Packed { format, shape } => {
+                let rb = format.row_bytes(shape[1]);
+                (DType::U8, vec![shape[0], rb], shape[0] * rb)
             }
-            Entry::Dense(t) => tensors.push((name, t)),
+            Spec::Dense { dtype, shape } => (
+                *dtype,
+                shape.clone(),
+                shape.iter().product::<usize>() * dtype.size(),
+            ),
+        }
+    }
+}
+
+/// One streamed tensor's content, produced when the writer reaches it.
+#[derive(Debug, Clone)]
+pub enum Item {
+    /// A packed weight.
+    Packed(PackedMatrix),
+    /// A dense tensor.
+    Dense(Tensor),
+}
+
+/// The metadata map of a packed file whose packed tensors have the checksums `sums` (one per
+/// spec; dense ones unused), in the order `write_packed` always wrote it.
+fn metadata(specs: &[(String, Spec)], sums: &[u64], meta: &PackMeta) -> HashMap<String, String> {
+    let mut table = serde_json::Map::new();
+    for ((name, spec), sum) in specs.iter().zip(sums) {
+        if let Spec::Packed { format, shape } = spec {
+            table.insert(
+                name.clone(),
+                json!({
+                    "format": format.tag(),
+                    "shape": [shape[0], shape[1]],
+                    "xxh64": format!("{sum:016x}"),
+                }),
+            );
         }
     }
     let mut md = HashMap::new();
     md.insert(META_VERSION.to_string(), CONTAINER_VERSION.to_string());
     md.insert(META_POLICY.to_string(), meta.policy.clone());
     md.insert(META_SOURCE.to_string(), meta.source.clone());
+    if let Some(d) = &meta.decoder {
+        md.insert(META_DECODER.to_string(), d.clone());
+    }
     md.insert(META_TABLE.to_string(), Value::Object(table).to_string());
+    md
+}
+
+/// The safetensors header (padded so the data starts 8-byte aligned) of `specs` laid out in
+/// `order`, with metadata `md`: the layout of [`aria_core::save_safetensors`].
+fn header(
+    path: &Path,
+    specs: &[(String, Spec)],
+    order: &[usize],
+    md: &HashMap<String, String>,
+) -> Result<Vec<u8>> {
+    let mut header = serde_json::Map::new();
+    let mm: serde_json::Map<String, Value> = md
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    header.insert("__metadata__".into(), Value::Object(mm));
+    let mut off = 0usize;
+    for &i in order {
+        let name = &specs[i].0;
+        if name == "__metadata__" || header.contains_key(name) {
+            return Err(file_err(
+                path,
+                format!("tensor name `{name}` is reserved or repeated"),
+            ));
+        }
+        let (dtype, shape, n) = specs[i].1.stored();
+        header.insert(
+            name.clone(),
+            json!({
+                "dtype": dtype.safetensors_name(),
+                "shape": shape,
+                "data_offsets": [off, off + n],
+            }),
+        );
+        off += n;
+    }
+    let mut h = serde_json::to_vec(&Value::Object(header))
+        .map_err(|e| file_err(path, format!("header: {e}")))?;
+    while !(h.len() + 8).is_multiple_of(8) {
+        h.push(b' ');
+    }
+    Ok(h)
+}
+
+/// Write a packed safetensors file one tensor at a time: the header is laid out from `specs`
+/// (names, formats, dtypes, shapes) before any tensor exists; then `produce(i)` makes tensor
+/// `i`, which is checked against its spec, written (its checksum taken) and dropped, and
+/// `written(i)` runs (e.g. to release the pages of its source). The checksums are filled into
+/// the header last (they have a fixed width). Tensors are produced in file order (widest
+/// dtype first, then as listed). The file is the one [`write_packed`] writes for the same
+/// tensors; it is written under a temporary name next to `path` and renamed when complete.
+pub fn write_packed_stream(
+    path: impl AsRef<Path>,
+    specs: &[(String, Spec)],
+    meta: &PackMeta,
+    produce: &mut dyn FnMut(usize) -> Result<Item>,
+    written: &mut dyn FnMut(usize) -> Result<()>,
+) -> Result<()> {
+    let path = path.as_ref();
+    // Widest elements first, stable, as `save_safetensors` lays them out.
+    let mut order: Vec<usize> = (0..specs.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(specs[i].1.stored().0.size()));
+    let mut sums = vec![0u64; specs.len()];
+    let first = header(path, specs, &order, &metadata(specs, &sums, meta))?;
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|source| QuantError::Io {
             path: parent.to_path_buf(),
             source,
         })?;
     }
-    save_safetensors(path, &tensors, Some(&md))?;
-    Ok(())
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let part = path.with_file_name(format!(".{name}.partial"));
+    let r = stream(&part, specs, &order, &first, &mut sums, produce, written).and_then(|mut f| {
+        let h = header(path, specs, &order, &metadata(specs, &sums, meta))?;
+        if h.len() != first.len() {
+            return Err(file_err(path, "header changed size while writing"));
+        }
+        let io = |source| QuantError::Io {
+            path: part.clone(),
+            source,
+        };
+        f.seek(SeekFrom::Start(8)).map_err(io)?;
+        f.write_all(&h).map_err(io)?;
+        f.flush().map_err(io)?;
+        drop(f);
+        std::fs::rename(&part, path).map_err(|source| QuantError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    });
+    if r.is_err() {
+        let _ = std::fs::remove_file(&part);
+    }
+    r
+}
+
+/// Write the provisional header and every tensor's bytes to `part`; returns the open file.
+fn stream(
+    part: &Path,
+    specs: &[(String, Spec)],
+    order: &[usize],
+    h: &[u8],
+    sums: &mut [u64],
+    produce: &mut dyn FnMut(usize) -> Result<Item>,
+    written: &mut dyn FnMut(usize) -> Result<()>,
+) -> Result<std::io::BufWriter<std::fs::File>> {
+    let io = |source| QuantError::Io {
+        path: part.to_path_buf(),
+        source,
+    };
+    let f = std::fs::File::create(part).map_err(io)?;
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+    w.write_all(&(h.len() as u64).to_le_bytes()).map_err(io)?;
+    w.write_all(h).map_err(io)?;
+    for &i in order {
+        let (name, spec) = &specs[i];
+        let item = produce(i)?;
+        let mismatch = |found: String| {
+            file_err(
+                part,
+                format!("tensor `{name}` was declared {spec:?} but produced {found}"),
+            )
+        };
+        match (&item, spec) {
+            (Item::Packed(p), Spec::Packed { format, shape }) => {
+                if p.format() != *format || [p.rows(), p.cols()] != *shape {
+                    return Err(mismatch(format!(
+                        "{} [{}, {}]",
+                        p.format().tag(),
+                        p.rows(),
+                        p.cols()
+                    )));
+                }
+                let b = p.bytes()?;
+                sums[i] = xxh64(b);
+                w.write_all(b).map_err(io)?;
+            }
+            (Item::Dense(t), Spec::Dense { dtype, shape }) => {
+                if t.dtype() != *dtype || t.shape() != shape.as_slice() {
+                    return Err(mismatch(format!("{} {:?}", t.dtype(), t.shape())));
+                }
+                let t = t.to_cpu()?.contiguous()?;
+                w.write_all(t.as_bytes()?).map_err(io)?;
+            }
+            (Item::Packed(_), _) => return Err(mismatch("a packed weight".into())),
+            (Item::Dense(_), _) => return Err(mismatch("a dense tensor".into())),
+        }
+        drop(item);
+        written(i)?;
+    }
+    w.flush().map_err(io)?;
+    Ok(w)
 }
 
 /// A packed safetensors file, validated on opening (metadata, table, tensor dtypes and byte
@@ -196,6 +428,7 @@ impl PackedFile {
         let meta = PackMeta {
             policy: get(META_POLICY)?.clone(),
             source: get(META_SOURCE)?.clone(),
+            decoder: md.get(META_DECODER).cloned(),
         };
         let raw: Value = serde_json::from_str(get(META_TABLE)?)
             .map_err(|e| file_err(&path, format!("{META_TABLE} is not JSON: {e}")))?;

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use aria_core::{save_safetensors, CoreError, SafeTensorsFile, Tensor};
 use aria_quant::io::{
-    write_packed, Entry, PackMeta, PackedFile, CONTAINER_VERSION, META_POLICY, META_SOURCE,
-    META_TABLE, META_VERSION,
+    write_packed, write_packed_stream, Entry, Item, PackMeta, PackedFile, Spec, CONTAINER_VERSION,
+    META_DECODER, META_POLICY, META_SOURCE, META_TABLE, META_VERSION,
 };
 use aria_quant::{Format, PackedMatrix, QuantError};
 use common::Rng;
@@ -50,6 +50,7 @@ fn meta() -> PackMeta {
     PackMeta {
         policy: "q4-mixed".into(),
         source: "0123456789abcdef".into(),
+        decoder: None,
     }
 }
 
@@ -209,4 +210,152 @@ fn bad_metadata() {
     let f = Tensor::from_vec(vec![0f32; 96 * 17], &[96, 17]).expect("t");
     let e = try_open(&base(&good_table, "1"), &f).expect_err("dtype");
     assert!(e.to_string().contains("stored as F32"), "{e}");
+}
+
+/// The streaming writer's file is byte for byte the one written in a single piece by
+/// `save_safetensors` with the same tensors and metadata (the container's layout).
+#[test]
+fn streamed_file_is_the_one_piece_file() {
+    let m = model();
+    let wide = Tensor::from_vec(vec![1i64, -2, 3], &[3]).expect("i64");
+    for decoder in [None, Some("q8_0".to_string())] {
+        let meta = PackMeta {
+            decoder: decoder.clone(),
+            ..meta()
+        };
+        let path = tmp("stream.safetensors");
+        let mut entries: Vec<(&str, Entry<'_>)> = m
+            .mats
+            .iter()
+            .map(|(n, p)| (n.as_str(), Entry::Packed(p)))
+            .collect();
+        entries.push(("blk.0.attn.to_qkv.bias", Entry::Dense(&m.bias)));
+        entries.push(("steps", Entry::Dense(&wide)));
+        write_packed(&path, &entries, &meta).expect("write");
+        // The one-piece reference.
+        let mut table = serde_json::Map::new();
+        for (n, p) in &m.mats {
+            table.insert(
+                n.clone(),
+                serde_json::json!({
+                    "format": p.format().tag(),
+                    "shape": [p.rows(), p.cols()],
+                    "xxh64": format!("{:016x}", aria_quant::xxh64(p.bytes().expect("b"))),
+                }),
+            );
+        }
+        let mut md = HashMap::new();
+        md.insert(META_VERSION.to_string(), CONTAINER_VERSION.to_string());
+        md.insert(META_POLICY.to_string(), meta.policy.clone());
+        md.insert(META_SOURCE.to_string(), meta.source.clone());
+        if let Some(d) = &decoder {
+            md.insert(META_DECODER.to_string(), d.clone());
+        }
+        md.insert(
+            META_TABLE.to_string(),
+            serde_json::Value::Object(table).to_string(),
+        );
+        let mut tensors: Vec<(&str, &Tensor)> =
+            m.mats.iter().map(|(n, p)| (n.as_str(), p.data())).collect();
+        tensors.push(("blk.0.attn.to_qkv.bias", &m.bias));
+        tensors.push(("steps", &wide));
+        let want = tmp("one_piece.safetensors");
+        save_safetensors(&want, &tensors, Some(&md)).expect("save");
+        assert_eq!(
+            std::fs::read(&path).expect("read"),
+            std::fs::read(&want).expect("read"),
+            "decoder {decoder:?}"
+        );
+        let f = PackedFile::open(&path).expect("open");
+        assert_eq!(f.meta(), &meta);
+    }
+}
+
+/// Streamed tensors come one at a time in file order (widest dtype first), each followed by
+/// its `written` call; a tensor unlike its declaration, or a failing producer, is an error
+/// naming it and leaves no file behind.
+#[test]
+fn stream_order_and_errors() {
+    let m = model();
+    let mut specs: Vec<(String, Spec)> = m
+        .mats
+        .iter()
+        .map(|(n, p)| {
+            (
+                n.clone(),
+                Spec::Packed {
+                    format: p.format(),
+                    shape: [p.rows(), p.cols()],
+                },
+            )
+        })
+        .collect();
+    specs.push((
+        "blk.0.attn.to_qkv.bias".into(),
+        Spec::Dense {
+            dtype: m.bias.dtype(),
+            shape: m.bias.shape().to_vec(),
+        },
+    ));
+    let item = |i: usize| -> Item {
+        match m.mats.get(i) {
+            Some((_, p)) => Item::Packed(p.clone()),
+            None => Item::Dense(m.bias.clone()),
+        }
+    };
+    let path = tmp("stream_order.safetensors");
+    let (mut made, mut done) = (Vec::new(), Vec::new());
+    write_packed_stream(
+        &path,
+        &specs,
+        &meta(),
+        &mut |i| {
+            made.push(i);
+            Ok(item(i))
+        },
+        &mut |i| {
+            done.push(i);
+            Ok(())
+        },
+    )
+    .expect("stream");
+    assert_eq!(made, vec![4, 0, 1, 2, 3], "the f32 bias comes first");
+    assert_eq!(done, made);
+    PackedFile::open(&path).expect("open");
+    let dir = path.parent().expect("dir");
+    let bad = tmp("stream_bad.safetensors");
+    let wrong = |i: usize| -> Item { item(if i == 1 { 2 } else { i }) };
+    let e = write_packed_stream(
+        &bad,
+        &specs,
+        &meta(),
+        &mut |i| Ok(wrong(i)),
+        &mut |_| Ok(()),
+    )
+    .expect_err("mismatch");
+    assert!(e.to_string().contains("blk.0.ff.ff.0.weight"), "{e}");
+    assert!(!bad.exists());
+    let e = write_packed_stream(
+        &bad,
+        &specs,
+        &meta(),
+        &mut |i| {
+            if i == 2 {
+                Err(QuantError::File {
+                    path: PathBuf::from("source"),
+                    reason: "gone".into(),
+                })
+            } else {
+                Ok(item(i))
+            }
+        },
+        &mut |_| Ok(()),
+    )
+    .expect_err("producer failed");
+    assert!(e.to_string().contains("gone"), "{e}");
+    assert!(!bad.exists());
+    assert!(
+        !dir.join(".stream_bad.safetensors.partial").exists(),
+        "partial file left"
+    );
 }

@@ -4,49 +4,53 @@
 #![allow(clippy::unwrap_used)]
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aria_serve::jobs::sqlite::SqliteStore;
 use aria_serve::jobs::{JobState, JobStore, NewJob};
 use aria_serve::{start, ModelSource, ServeConfig, StoreSpec};
+use aria_testing::{SharedTempDir, TempDir};
 use base64::Engine;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// The demo model, written once for every test of this binary.
-fn model_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let d = std::env::temp_dir().join(format!("aria-serve-test-model-{}", std::process::id()));
+/// The demo model, shared by the tests of this binary that run at the same time (removed when
+/// the last of them finishes).
+fn model_dir() -> Arc<TempDir> {
+    static DIR: SharedTempDir = SharedTempDir::new("serve-test-model");
+    DIR.get(|d| {
         aria::synth::write_model(
-            &d,
+            d,
             aria::synth::Preset::Tiny,
             aria_core::DType::F32,
             0,
             &mut |_, _| {},
         )
         .unwrap();
-        d
     })
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("aria-serve-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// The folders a test's server uses (its scratch folder and the model); keep them alive until
+/// the server is shut down.
+struct Dirs {
+    _scratch: TempDir,
+    _model: Arc<TempDir>,
 }
 
-fn config(name: &str) -> ServeConfig {
-    let dir = scratch(name);
+fn config(name: &str) -> (ServeConfig, Dirs) {
+    let dir = TempDir::new(&format!("serve-test-{name}"));
+    let model = model_dir();
     let mut c = ServeConfig::demo(&dir);
-    c.model = ModelSource::DemoTiny(model_dir().to_path_buf());
+    c.model = ModelSource::DemoTiny(model.to_path_buf());
     c.drain_timeout = Duration::ZERO;
     c.lease = Duration::from_millis(600);
-    c
+    let dirs = Dirs {
+        _scratch: dir,
+        _model: model,
+    };
+    (c, dirs)
 }
 
 struct Resp {
@@ -192,7 +196,7 @@ fn check_wav(b: &[u8], seconds: f64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn submit_progress_audio_and_pictures() {
-    let mut cfg = config("submit");
+    let (mut cfg, _dirs) = config("submit");
     cfg.throttle = Some(Duration::from_millis(40));
     let srv = start(cfg).await.unwrap();
     let a = srv.addr();
@@ -270,7 +274,7 @@ async fn submit_progress_audio_and_pictures() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batches_compatible_jobs() {
-    let mut cfg = config("batch");
+    let (mut cfg, _dirs) = config("batch");
     cfg.max_batch = 3;
     cfg.throttle = Some(Duration::from_millis(30));
     let srv = start(cfg).await.unwrap();
@@ -320,7 +324,7 @@ async fn batches_compatible_jobs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_one_member_of_a_running_batch() {
-    let mut cfg = config("cancel-member");
+    let (mut cfg, _dirs) = config("cancel-member");
     cfg.max_batch = 3;
     cfg.throttle = Some(Duration::from_millis(60));
     let results = cfg.results_dir.clone();
@@ -398,7 +402,7 @@ async fn cancel_one_member_of_a_running_batch() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_queued_and_running() {
-    let mut cfg = config("cancel");
+    let (mut cfg, _dirs) = config("cancel");
     cfg.throttle = Some(Duration::from_millis(100));
     let srv = start(cfg).await.unwrap();
     let a = srv.addr();
@@ -437,7 +441,7 @@ async fn cancel_queued_and_running() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_queue_answers_429_with_retry_after() {
-    let mut cfg = config("full");
+    let (mut cfg, _dirs) = config("full");
     cfg.queue_max = 2;
     cfg.max_batch = 1;
     cfg.throttle = Some(Duration::from_millis(200));
@@ -482,7 +486,7 @@ fn wav_bytes(seconds: f64) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_limit_is_named() {
-    let mut cfg = config("limits");
+    let (mut cfg, _dirs) = config("limits");
     cfg.limits.body_bytes = 64 << 10;
     cfg.limits.upload_bytes = 40 << 10;
     cfg.limits.upload_seconds = 1.0;
@@ -607,7 +611,8 @@ async fn every_limit_is_named() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_requests_name_the_field() {
-    let srv = start(config("malformed")).await.unwrap();
+    let (cfg, _dirs) = config("malformed");
+    let srv = start(cfg).await.unwrap();
     let a = srv.addr();
     let json_ct = "Content-Type: application/json\r\n";
     let cases: Vec<(&[u8], &str)> = vec![
@@ -650,14 +655,14 @@ async fn malformed_requests_name_the_field() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_required_off_loopback_and_checked() {
-    let mut cfg = config("token-off");
+    let (mut cfg, _dirs) = config("token-off");
     cfg.bind = "0.0.0.0:0".parse().unwrap();
     let e = start(cfg.clone()).await.unwrap_err().to_string();
     assert!(e.contains("token"), "{e}");
     cfg.token = Some("   ".into());
     assert!(start(cfg).await.is_err());
 
-    let mut cfg = config("token-on");
+    let (mut cfg, _dirs) = config("token-on");
     cfg.token = Some("s3cret".into());
     let srv = start(cfg).await.unwrap();
     let a = srv.addr();
@@ -686,7 +691,7 @@ async fn token_required_off_loopback_and_checked() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_keeps_jobs() {
-    let mut cfg = config("restart");
+    let (mut cfg, _dirs) = config("restart");
     let store_path = match &cfg.store {
         StoreSpec::Sqlite(p) => p.clone(),
         StoreSpec::Custom(_) => unreachable!(),
@@ -727,7 +732,7 @@ async fn restart_keeps_jobs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_workers_job_is_retried() {
-    let cfg = config("lost");
+    let (cfg, _dirs) = config("lost");
     let StoreSpec::Sqlite(path) = &cfg.store else {
         unreachable!()
     };

@@ -43,8 +43,7 @@ fn the_page_generates_plays_and_cancels_in_chromium() {
         return;
     };
 
-    let dir = std::env::temp_dir().join(format!("aria-serve-browser-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = aria_testing::TempDir::new("serve-browser");
     // A direction folder with one entry, so that /info lists it and the page shows a slider.
     let steer_dir = dir.join("directions");
     std::fs::create_dir_all(&steer_dir).expect("direction folder");
@@ -194,5 +193,4 @@ fn the_page_generates_plays_and_cancels_in_chromium() {
     assert!(b.page_errors.is_empty(), "page errors: {:?}", b.page_errors);
     drop(b);
     rt.block_on(server.shutdown()).expect("clean shutdown");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -8,8 +8,8 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aria::discover::{resolve_model, SearchPaths};
@@ -20,36 +20,30 @@ use aria_steer::{
     DirectionEntry, DirectionFile, DirectionMeta, ModelIdentity, NormScope, Site,
     StrengthConvention,
 };
+use aria_testing::{SharedTempDir, TempDir};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-fn model_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let d = std::env::temp_dir().join(format!("aria-serve-feat-model-{}", std::process::id()));
+/// The demo model, shared by the tests of this binary that run at the same time (each holds
+/// it for as long as its server runs; removed when the last of them finishes).
+fn model_dir() -> Arc<TempDir> {
+    static DIR: SharedTempDir = SharedTempDir::new("serve-feat-model");
+    DIR.get(|d| {
         aria::synth::write_model(
-            &d,
+            d,
             aria::synth::Preset::Tiny,
             aria_core::DType::F32,
             0,
             &mut |_, _| {},
         )
         .unwrap();
-        d
     })
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("aria-serve-feat-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn config(dir: &Path) -> ServeConfig {
+fn config(dir: &Path, model: &Path) -> ServeConfig {
     let mut c = ServeConfig::demo(dir);
-    c.model = ModelSource::DemoTiny(model_dir().to_path_buf());
+    c.model = ModelSource::DemoTiny(model.to_path_buf());
     c.drain_timeout = Duration::ZERO;
     c.max_batch = 1;
     c
@@ -228,11 +222,12 @@ fn with(mut v: Value, key: &str, val: Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lora_from_the_folder() {
-    let dir = scratch("lora");
+    let model = model_dir();
+    let dir = TempDir::new("serve-feat-lora");
     let loras = dir.join("loras");
     std::fs::create_dir_all(&loras).unwrap();
     write_lora(&loras.join("grit.safetensors"));
-    let mut cfg = config(&dir);
+    let mut cfg = config(&dir, &model);
     cfg.lora_dir = Some(loras);
     let srv = start(cfg).await.unwrap();
     let a = srv.addr();
@@ -266,13 +261,14 @@ async fn lora_from_the_folder() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steering_from_the_allow_listed_folder() {
-    let dir = scratch("steer");
+    let model = model_dir();
+    let dir = TempDir::new("serve-feat-steer");
     let dirs = dir.join("directions");
     std::fs::create_dir_all(&dirs).unwrap();
     write_direction(&dirs.join("bright.safetensors"));
     // A valid direction file outside the allow-listed folder.
     write_direction(&dir.join("outside.safetensors"));
-    let mut cfg = config(&dir);
+    let mut cfg = config(&dir, &model);
     cfg.steer_dir = Some(dirs);
     cfg.steer_uploads = false;
     let srv = start(cfg).await.unwrap();
@@ -314,8 +310,9 @@ async fn steering_from_the_allow_listed_folder() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warm_start_reports_the_cache_hit() {
-    let dir = scratch("warm");
-    let mut cfg = config(&dir);
+    let model = model_dir();
+    let dir = TempDir::new("serve-feat-warm");
+    let mut cfg = config(&dir, &model);
     cfg.cache = Some(dir.join("cache").display().to_string());
     let srv = start(cfg).await.unwrap();
     let a = srv.addr();

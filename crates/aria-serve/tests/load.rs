@@ -371,8 +371,7 @@ async fn client(addr: SocketAddr, k: usize, tally: Arc<Mutex<Tally>>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixty_four_clients_mixed_abuse() {
-    let dir = std::env::temp_dir().join(format!("aria-serve-load-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = aria_testing::TempDir::new("serve-load");
     let mut cfg = aria_serve::ServeConfig::demo(&dir);
     cfg.queue_max = QUEUE_MAX;
     cfg.max_batch = 4;
@@ -509,5 +508,4 @@ async fn sixty_four_clients_mixed_abuse() {
     assert_eq!(t.retry_after_missing, 0, "429 answers without Retry-After");
     assert!(!accepted.is_empty(), "no job was accepted");
     server.shutdown().await.expect("clean shutdown");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -14,8 +14,7 @@ fn sqlite_store_meets_the_contract() {
 
 #[test]
 fn sqlite_store_is_durable_across_reopen() {
-    let dir = std::env::temp_dir().join(format!("aria-serve-store-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = aria_testing::TempDir::new("serve-store");
     let path = dir.join("jobs.sqlite");
     {
         let st = SqliteStore::open(&path).unwrap();
@@ -32,5 +31,4 @@ fn sqlite_store_is_durable_across_reopen() {
     let r = st.get("kept").unwrap().unwrap();
     assert_eq!((r.state, r.steps), (JobState::Queued, 3));
     assert_eq!(st.get("f-a").unwrap().unwrap().state, JobState::Done);
-    let _ = std::fs::remove_dir_all(&dir);
 }

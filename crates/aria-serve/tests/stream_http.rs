@@ -5,39 +5,49 @@
 #![allow(clippy::unwrap_used)]
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aria_serve::{start, ModelSource, ServeConfig};
+use aria_testing::{SharedTempDir, TempDir};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-fn model_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let d =
-            std::env::temp_dir().join(format!("aria-serve-stream-model-{}", std::process::id()));
+/// The demo model, shared by the tests of this binary that run at the same time (removed when
+/// the last of them finishes).
+fn model_dir() -> Arc<TempDir> {
+    static DIR: SharedTempDir = SharedTempDir::new("serve-stream-model");
+    DIR.get(|d| {
         aria::synth::write_model(
-            &d,
+            d,
             aria::synth::Preset::Tiny,
             aria_core::DType::F32,
             0,
             &mut |_, _| {},
         )
         .unwrap();
-        d
     })
 }
 
-fn config(name: &str) -> ServeConfig {
-    let dir = std::env::temp_dir().join(format!("aria-serve-stream-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+/// The folders a test's server uses (its scratch folder and the model); keep them alive until
+/// the server is shut down.
+struct Dirs {
+    _scratch: TempDir,
+    _model: Arc<TempDir>,
+}
+
+fn config(name: &str) -> (ServeConfig, Dirs) {
+    let dir = TempDir::new(&format!("serve-stream-{name}"));
+    let model = model_dir();
     let mut c = ServeConfig::demo(&dir);
-    c.model = ModelSource::DemoTiny(model_dir().to_path_buf());
+    c.model = ModelSource::DemoTiny(model.to_path_buf());
     c.drain_timeout = Duration::ZERO;
-    c
+    let dirs = Dirs {
+        _scratch: dir,
+        _model: model,
+    };
+    (c, dirs)
 }
 
 fn request(method: &str, path: &str, body: Option<&Value>) -> Vec<u8> {
@@ -208,7 +218,8 @@ fn samples(b: &[u8]) -> Vec<i16> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_arrives_chunk_by_chunk_follows_a_new_prompt_and_stops_with_its_client() {
-    let server = start(config("live")).await.unwrap();
+    let (cfg, _dirs) = config("live");
+    let server = start(cfg).await.unwrap();
     let a = server.addr();
     let mut o = open(
         a,
@@ -335,7 +346,8 @@ async fn a_stream_arrives_chunk_by_chunk_follows_a_new_prompt_and_stops_with_its
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_has_an_exact_total_and_limits_named_in_refusals() {
-    let server = start(config("limits")).await.unwrap();
+    let (cfg, _dirs) = config("limits");
+    let server = start(cfg).await.unwrap();
     let a = server.addr();
     // GET form (a browser's <audio src>), raw big-endian PCM, 2.3 s: cut to the sample.
     let (st, head, body) = call(

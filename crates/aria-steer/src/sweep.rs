@@ -272,8 +272,8 @@ mod tests {
         assert!(
             text.starts_with("strength,proj_site,proj_output,drift,latent_rms,audio_rms_dbfs\n")
         );
-        let path =
-            std::env::temp_dir().join(format!("aria-steer-sweep-{}.png", std::process::id()));
+        let dir = aria_testing::TempDir::new("steer-sweep");
+        let path = dir.join("sweep.png");
         write_png(&path, &points, "residual block 10 add (every step)").unwrap();
         let png = std::fs::read(&path).unwrap();
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");

@@ -8,6 +8,7 @@ use aria_codec::audio::{write_wav, WavFormat};
 use aria_core::hooks::ActivationHook;
 use aria_core::Tensor;
 use aria_steer::{Scale, Site, SteerOp, Steering, SteeringHook, StepSpan};
+use aria_testing::TempDir;
 
 fn bits(t: &Tensor) -> Vec<u32> {
     t.to_vec_f32()
@@ -18,13 +19,10 @@ fn bits(t: &Tensor) -> Vec<u32> {
 }
 
 fn wav(audio: &Tensor, rate: u32, name: &str) -> Vec<u8> {
-    let dir = std::env::temp_dir().join(format!("aria-steer-bits-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("steer-bits");
     let p = dir.join(name);
     write_wav(&p, audio, rate, WavFormat::F32).unwrap();
-    let b = std::fs::read(&p).unwrap();
-    std::fs::remove_file(&p).ok();
-    b
+    std::fs::read(&p).unwrap()
 }
 
 fn unit(n: usize, seed: u32) -> Vec<f32> {

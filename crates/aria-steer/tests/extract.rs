@@ -18,6 +18,7 @@ use aria_steer::{
     DirectionFile, ModelIdentity, NormScope, ResidualCapture, Site, SteerError, SteerOp, Steering,
     SteeringHook,
 };
+use aria_testing::TempDir;
 
 fn gen(pipe: &Pipeline, prompt: &str, seed: u64, hook: Option<&dyn ActivationHook>) -> Tensor {
     let mut req = GenerateRequest::new(prompt, 0.1);
@@ -129,8 +130,7 @@ fn recovers_a_synthetic_direction() {
     assert!(file.entries.iter().all(|e| e.mean_norm > 0.0));
 
     // Round trip, model check, `force`.
-    let dir = std::env::temp_dir().join(format!("aria-steer-extract-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("steer-extract");
     let path = dir.join("synthetic.safetensors");
     file.save(&path).unwrap();
     let loaded = DirectionFile::load_for(&path, &id, false).unwrap();
@@ -147,7 +147,6 @@ fn recovers_a_synthetic_direction() {
         matches!(err, SteerError::Dimension { .. }),
         "force does not skip dimensions: {err}"
     );
-    std::fs::remove_dir_all(&dir).ok();
 
     // Dose-response along the extracted direction, seed-matched: the block-0 residual's
     // projection and the latents' drift from the baseline grow monotonically with α.

@@ -14,6 +14,7 @@ use aria_steer::{
     Site, SteerOp, SteerSpec, Steering, SteeringHook, StepSpan, StrengthConvention,
 };
 use aria_testing::fixtures::rel_err;
+use aria_testing::TempDir;
 
 const TOL: f32 = 1e-5;
 
@@ -151,9 +152,7 @@ fn replay(folder: &str) {
             mean_norm: vec(&w, &format!("mean_norm.block{add_block}"))[0],
         }],
     };
-    let dir =
-        std::env::temp_dir().join(format!("aria-steer-parity-{folder}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new(&format!("steer-parity-{folder}"));
     let path = dir.join("add.safetensors");
     file.save(&path).unwrap();
     let loaded = DirectionFile::load_for(&path, &id, false).unwrap();
@@ -175,7 +174,6 @@ fn replay(folder: &str) {
         &w.get_any("add.latents").unwrap(),
         &base_ref,
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

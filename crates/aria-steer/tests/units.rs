@@ -13,12 +13,7 @@ use aria_steer::{
     DirectionEntry, DirectionFile, DirectionMeta, ModelDims, ModelIdentity, NormScope, Scale, Site,
     SteerError, SteerOp, SteerSpec, Steering, SteeringHook, StepSpan, StrengthConvention,
 };
-
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("aria-steer-units-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
-}
+use aria_testing::TempDir;
 
 fn identity() -> ModelIdentity {
     ModelIdentity {
@@ -178,7 +173,8 @@ fn spec_resolves_against_a_file() {
 #[test]
 fn file_round_trip_and_model_check() {
     let f = sample_file();
-    let p = tmp("round.safetensors");
+    let p_dir = TempDir::new("steer-units");
+    let p = p_dir.join("round.safetensors");
     f.save(&p).unwrap();
     let g = DirectionFile::load(&p).unwrap();
     assert_eq!(g, f);
@@ -214,11 +210,13 @@ fn file_round_trip_and_model_check() {
 #[test]
 fn corrupt_files_are_clear_errors() {
     let f = sample_file();
-    let p = tmp("good.safetensors");
+    let p_dir = TempDir::new("steer-units");
+    let p = p_dir.join("good.safetensors");
     f.save(&p).unwrap();
     let bytes = std::fs::read(&p).unwrap();
     // Truncated data section.
-    let t = tmp("trunc.safetensors");
+    let t_dir = TempDir::new("steer-units");
+    let t = t_dir.join("trunc.safetensors");
     std::fs::write(&t, &bytes[..bytes.len() - 7]).unwrap();
     let e = DirectionFile::load(&t).unwrap_err();
     assert!(e.to_string().contains("truncated"), "{e}");

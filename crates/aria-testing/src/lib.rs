@@ -8,7 +8,10 @@
 //!   model runs entirely on a device backend — no op falls back to a silent host round trip —
 //!   which is what lets the wgpu and CUDA backends grow op by op;
 //! - `sampler` (the `dit` feature): the fixture models' recorded 8-step ping-pong sample,
-//!   replayed on any device.
+//!   replayed on any device;
+//! - [`tempdir`]: scratch folders ([`TempDir`], [`SharedTempDir`]) removed when their guard
+//!   drops, also when a test fails (kept, with their paths printed, under
+//!   `ARIA_KEEP_TEST_FILES`).
 //!
 //! ```
 //! use aria_core::{ops, Tensor};
@@ -29,3 +32,6 @@ pub mod counting;
 pub mod fixtures;
 #[cfg(feature = "dit")]
 pub mod sampler;
+pub mod tempdir;
+
+pub use tempdir::{SharedTempDir, TempDir};

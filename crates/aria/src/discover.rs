@@ -328,13 +328,13 @@ mod tests {
 
     #[test]
     fn finds_a_hub_snapshot_and_reports_what_is_missing() {
-        let root = std::env::temp_dir().join(format!("aria-discover-{}", std::process::id()));
+        let root = aria_testing::TempDir::new("discover");
         let cache = root.join("hub");
         let snap = cache.join("models--stabilityai--stable-audio-3-small-music/snapshots/abc");
         touch(&snap.join("model_config.json"));
         let search = SearchPaths {
             hub_caches: vec![cache.clone()],
-            local_roots: vec![root.clone()],
+            local_roots: vec![root.to_path_buf()],
         };
         let err = resolve_model("small-music", &search)
             .unwrap_err()
@@ -365,6 +365,5 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("no-such-model"), "{err}");
-        std::fs::remove_dir_all(&root).ok();
     }
 }

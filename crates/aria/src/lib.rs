@@ -45,8 +45,8 @@
 //! * `wgpu`: builds the wgpu backend of `aria-core` ([`pipeline::DeviceKind::Wgpu`]).
 //! * `quant`: quantized DiT weights ([`quant`], [`LoadOptions::precision`]) through
 //!   `aria-quant`.
-//! * `cache`: the warm-start cache of `aria-cache` drives the pipeline through [`cache`]
-//!   (`aria_cache::Generator`).
+//! * `cache`: the warm-start cache of `aria-cache` drives the pipeline through the `cache`
+//!   module (`aria_cache::Generator`).
 //! * `cuda`, `steer`: reserved for the CUDA backend and activation steering; they enable
 //!   nothing yet.
 

@@ -1,4 +1,7 @@
-//! Weight precision of the DiT: packing at load, pre-quantized model folders, memory plans.
+// Without the `quant` feature the items these docs link to do not exist.
+#![cfg_attr(not(feature = "quant"), allow(rustdoc::broken_intra_doc_links))]
+//! Weight precision of the DiT (and optionally the decoder and the text encoder): packing at
+//! load, pre-quantized model folders, memory plans.
 //!
 //! * [`WeightPrecision`]: what [`LoadOptions::precision`](crate::LoadOptions::precision) asks
 //!   for. `f16`/`bf16` convert the DiT linears to 16-bit tensors; `q8`, `q4` and `q4-mixed`
@@ -17,7 +20,13 @@
 //!   activations per token and run int8 × int8 dot products.
 //! * LoRA on a packed base runs as a run-time low-rank delta; the base is never re-quantized.
 //! * The autoencoder decoder can be packed too
-//!   ([`LoadOptions::quantize_decoder`](crate::LoadOptions::quantize_decoder), `q8_0`).
+//!   ([`LoadOptions::quantize_decoder`](crate::LoadOptions::quantize_decoder), `q8_0`, into
+//!   the same kind of mapped temporary file as the DiT). [`quantize_model`] writes it packed
+//!   into the folder by default ([`QuantizeOptions::dense_decoder`] keeps it dense); such a
+//!   folder's decoder loads packed from the file, bit for bit the blocks packing at load makes.
+//! * The T5Gemma encoder's matrices can be packed as `q8_0` at load
+//!   ([`LoadOptions::quantize_text`](crate::LoadOptions::quantize_text), `pack_text`): less
+//!   memory for the text stage, not faster; f32 text arithmetic only.
 //! * **Stages do not add up.** A run releases the mapped pages of the weights a stage no
 //!   longer needs ([`aria_core::Tensor::release_pages`]; unless
 //!   [`LoadOptions::keep_resident`](crate::LoadOptions::keep_resident)): the text encoder once
@@ -140,14 +149,23 @@ pub struct PackReport {
     /// pages can then be released between stages, as a pre-quantized folder's are) rather
     /// than in owned memory.
     pub spilled: bool,
+    /// The autoencoder decoder's matrices per weight kind (`packed q8_0/v1`, `dense f32`,
+    /// …): packed when the folder was written so or with
+    /// [`LoadOptions::quantize_decoder`](crate::LoadOptions::quantize_decoder).
+    pub decoder_kinds: BTreeMap<String, usize>,
 }
 
 impl PackReport {
-    /// One line: precision, kinds, bytes.
+    /// One line: precision, kinds, bytes, and the decoder's kinds.
     pub fn summary(&self) -> String {
         let kinds: Vec<String> = self.kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        let dec: Vec<String> = self
+            .decoder_kinds
+            .iter()
+            .map(|(k, n)| format!("{n} {k}"))
+            .collect();
         format!(
-            "DiT weights {}{}{}{}: {} ({:.3} GB stored, {:.3} GB held, {:.3} GB of pages released)",
+            "DiT weights {}{}{}{}: {} ({:.3} GB stored, {:.3} GB held, {:.3} GB of pages released){}",
             self.precision,
             if self.spilled {
                 " (packed into a mapped temporary file)"
@@ -163,7 +181,12 @@ impl PackReport {
             kinds.join(", "),
             self.stored_bytes as f64 / 1e9,
             self.held_bytes as f64 / 1e9,
-            self.released_bytes as f64 / 1e9
+            self.released_bytes as f64 / 1e9,
+            if dec.is_empty() {
+                String::new()
+            } else {
+                format!("; decoder {}", dec.join(", "))
+            }
         )
     }
 }
@@ -410,8 +433,9 @@ pub fn pack_linears(
 
 /// Pack every matrix of the autoencoder's decoder as `q8_0` (W8A8 with `w8a8`), releasing
 /// the mapped pages of the dense weights replaced ([`LoadOptions::quantize_decoder`]
-/// (crate::LoadOptions::quantize_decoder)). Returns `(layers packed, bytes before, bytes
-/// after)`.
+/// (crate::LoadOptions::quantize_decoder)). Like the DiT's, the blocks are quantized one
+/// matrix at a time into a memory-mapped temporary file (owned memory where it cannot be
+/// written). Returns `(layers packed, bytes before, bytes after)`.
 #[cfg(feature = "quant")]
 pub(crate) fn pack_decoder(
     ae: &mut aria_codec::Autoencoder,
@@ -419,25 +443,94 @@ pub(crate) fn pack_decoder(
 ) -> Result<(usize, usize, usize)> {
     use aria_core::nn::Weight;
     use aria_quant::{Compute, Format, PackedMatrix};
-    let (mut n, mut before, mut after) = (0, 0, 0);
-    for lin in ae.decoder_linears_mut() {
+    let mut idx = Vec::new();
+    let mut jobs = Vec::new();
+    let mut before = 0;
+    for (i, lin) in ae.decoder_linears_mut().into_iter().enumerate() {
         let Some(w) = lin.weight().dense().cloned() else {
             continue;
         };
-        let key = format!("{}.weight", lin.name());
-        let m = PackedMatrix::quantize(&key, &w, Format::Q8_0).map_err(qerr)?;
+        before += lin.weight().nbytes();
+        idx.push(i);
+        jobs.push(spill::Job {
+            key: format!("{}.weight", lin.name()),
+            weight: w,
+            format: Format::Q8_0,
+        });
+    }
+    let mut release = |k: usize| -> Result<()> {
+        jobs[k].weight.release_pages()?;
+        Ok(())
+    };
+    let packed = match spill::pack(&jobs, &std::env::temp_dir(), &mut release) {
+        Ok(v) => v,
+        Err(_) => jobs
+            .iter()
+            .map(|j| {
+                let m = PackedMatrix::quantize(&j.key, &j.weight, j.format).map_err(qerr)?;
+                j.weight.release_pages()?;
+                Ok(m)
+            })
+            .collect::<Result<Vec<_>>>()?,
+    };
+    drop(jobs);
+    let mut after = 0;
+    let mut lins = ae.decoder_linears_mut();
+    for (i, m) in idx.iter().zip(packed) {
         let m = if w8a8 {
             m.with_compute(Compute::W8A8).map_err(qerr)?
         } else {
             m
         };
-        before += lin.weight().nbytes();
-        lin.set_weight(Weight::Packed(std::sync::Arc::new(m)))?;
-        w.release_pages()?;
-        after += lin.weight().nbytes();
-        n += 1;
+        lins[*i].set_weight(Weight::Packed(std::sync::Arc::new(m)))?;
+        after += lins[*i].weight().nbytes();
     }
-    Ok((n, before, after))
+    Ok((idx.len(), before, after))
+}
+
+/// For a pre-quantized checkpoint: give the decoder matrices that did not load packed through
+/// `loader`'s packed source (the mapping convolution, whose weight is folded from its
+/// weight-normalised parts at load) their packed form from the file, dropping the folded
+/// copy and releasing the pages it was read from. Returns the layers changed.
+#[cfg(feature = "quant")]
+pub(crate) fn attach_decoder(
+    ae: &mut aria_codec::Autoencoder,
+    loader: &WeightLoader,
+) -> Result<usize> {
+    use aria_core::nn::Weight;
+    let mut n = 0;
+    for lin in ae.decoder_linears_mut() {
+        if lin.weight().dense().is_none() {
+            continue;
+        }
+        let key = format!("{}.weight", lin.name());
+        if let Some(p) = loader.packed_weight(&key, lin.weight().shape())? {
+            lin.set_weight(Weight::Packed(p))?;
+            n += 1;
+        }
+    }
+    if n > 0 {
+        write::release_folded(loader)?;
+    }
+    Ok(n)
+}
+
+/// Without the `quant` feature no checkpoint is pre-quantized.
+#[cfg(not(feature = "quant"))]
+pub(crate) fn attach_decoder(
+    _ae: &mut aria_codec::Autoencoder,
+    _loader: &WeightLoader,
+) -> Result<usize> {
+    Ok(0)
+}
+
+/// The decoder's matrices per weight kind (`packed q8_0/v1`, `dense f32`, …).
+pub(crate) fn decoder_kinds(ae: &mut aria_codec::Autoencoder) -> BTreeMap<String, usize> {
+    let mut kinds = BTreeMap::new();
+    for lin in ae.decoder_linears_mut() {
+        *kinds.entry(lin.weight().kind()).or_default() += 1;
+    }
+    kinds
 }
 
 /// Without the `quant` feature the decoder keeps its stored weights.
@@ -481,7 +574,22 @@ mod spill;
 #[cfg(feature = "quant")]
 mod write;
 #[cfg(feature = "quant")]
-pub use write::{quantize_model, QuantizeSummary};
+pub use write::{quantize_model, quantize_model_with, QuantizeOptions, QuantizeSummary};
+#[cfg(feature = "quant")]
+mod text;
+#[cfg(feature = "quant")]
+pub use text::{pack_text, TextPack};
+
+/// Without the `quant` feature the text encoder keeps its stored weights.
+#[cfg(not(feature = "quant"))]
+pub(crate) fn pack_text(
+    _text: &mut aria_dit::conditioner::TextConditioner,
+    _w8a8: bool,
+) -> Result<()> {
+    Err(Error::Unavailable(
+        "quantizing the text encoder needs the `quant` feature of the aria crate".into(),
+    ))
+}
 
 /// Bytes per weight of each precision for a linear `[out, in]` named `key` (the memory plan
 /// of [`crate::info`]): what the DiT linear weights would hold.
@@ -535,9 +643,18 @@ pub fn memory_plan(files: &crate::discover::ModelFiles) -> Result<String> {
     let weights = WeightLoader::open_checkpoint(&files.weights)?;
     let mut s = String::new();
     if let Some(p) = packed_policy(&weights)? {
+        let names = weights.names();
+        let decoder = match names.first() {
+            Some(n) => weights.file_metadata(n)?.get("aria.quant.decoder").cloned(),
+            None => None,
+        };
         let _ = writeln!(
             s,
-            "memory plan: pre-quantized ({p}); the DiT loads packed from the file"
+            "memory plan: pre-quantized ({p}); the DiT loads packed from the file, {}",
+            match decoder {
+                Some(f) => format!("and the autoencoder decoder too ({f})"),
+                None => "the autoencoder decoder dense".to_string(),
+            }
         );
         return Ok(s);
     }

@@ -3,9 +3,8 @@
 //! cancellation, hooks and LoRA strengths.
 #![allow(clippy::unwrap_used)]
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::Arc;
 
 use aria::discover::{resolve_model, SearchPaths};
 use aria::noise::RecordingNoise;
@@ -19,20 +18,22 @@ use aria::{
 };
 use aria_core::hooks::{ActivationHook, HookContext, HookSite};
 use aria_core::{DType, Tensor};
+use aria_testing::{SharedTempDir, TempDir};
 
-fn model_dir() -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let d = std::env::temp_dir().join(format!("aria-api-{}", std::process::id()));
-        synth::write_model(&d, Preset::Tiny, DType::F32, 3, &mut |_, _| {}).unwrap();
-        d
+/// The tiny model, shared by the tests of this binary that run at the same time (removed when
+/// the last of them finishes).
+fn model_dir() -> Arc<TempDir> {
+    static DIR: SharedTempDir = SharedTempDir::new("api-model");
+    DIR.get(|d| {
+        synth::write_model(d, Preset::Tiny, DType::F32, 3, &mut |_, _| {}).unwrap();
     })
-    .clone()
 }
 
-fn pipe(opts: &LoadOptions) -> Pipeline {
-    let files = resolve_model(&model_dir().display().to_string(), &SearchPaths::default()).unwrap();
-    Pipeline::load(&files, opts).unwrap()
+/// A pipeline of the tiny model, and the model's folder: keep it while the pipeline runs.
+fn pipe(opts: &LoadOptions) -> (Pipeline, Arc<TempDir>) {
+    let model = model_dir();
+    let files = resolve_model(&model.display().to_string(), &SearchPaths::default()).unwrap();
+    (Pipeline::load(&files, opts).unwrap(), model)
 }
 
 fn bits(t: &Tensor) -> Vec<u32> {
@@ -51,7 +52,7 @@ fn req(seconds: f64) -> GenerateRequest {
 
 #[test]
 fn warm_start_at_step_zero_is_a_cold_generation_bit_for_bit() {
-    let p = pipe(&LoadOptions::default());
+    let (p, _model) = pipe(&LoadOptions::default());
     let r = req(0.5);
     let cold = p
         .run(&r, &mut TorchNoise::new(9), RunOptions::default())
@@ -122,7 +123,7 @@ fn warm_start_at_step_zero_is_a_cold_generation_bit_for_bit() {
 /// then zero past the valid latents, clamp and crop.
 #[test]
 fn streamed_decode_has_the_bytes_of_the_whole_decode() {
-    let p = pipe(&LoadOptions::default());
+    let (p, _model) = pipe(&LoadOptions::default());
     assert!(p.chunked_decode());
     let mut r = req(20.0);
     r.steps = 2;
@@ -195,7 +196,7 @@ fn streamed_decode_has_the_bytes_of_the_whole_decode() {
 /// same bytes as one whole `Autoencoder::decode`.
 #[test]
 fn unchunked_streaming_matches_a_whole_decode() {
-    let p = pipe(&LoadOptions {
+    let (p, _model) = pipe(&LoadOptions {
         chunked_decode: Some(false),
         same_noise: Some(SameNoise::OFF),
         ..Default::default()
@@ -248,7 +249,7 @@ fn unchunked_streaming_matches_a_whole_decode() {
 
 #[test]
 fn cancel_token_stops_at_the_next_step() {
-    let p = pipe(&LoadOptions::default());
+    let (p, _model) = pipe(&LoadOptions::default());
     let cancel = CancelToken::new();
     let mut steps = 0;
     let c2 = cancel.clone();
@@ -307,7 +308,7 @@ impl ActivationHook for Probe {
 
 #[test]
 fn hooks_see_every_site_and_can_change_the_result() {
-    let p = pipe(&LoadOptions::default());
+    let (p, _model) = pipe(&LoadOptions::default());
     let r = req(0.5);
     let plain = p
         .run(
@@ -356,7 +357,7 @@ fn hooks_see_every_site_and_can_change_the_result() {
 /// Audio-to-audio from latents equals audio-to-audio from the clip those latents encode.
 #[test]
 fn init_latents_match_init_audio() {
-    let p = pipe(&LoadOptions {
+    let (p, _model) = pipe(&LoadOptions {
         same_noise: Some(SameNoise::OFF),
         ..Default::default()
     });

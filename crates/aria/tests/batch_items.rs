@@ -4,8 +4,7 @@
 //! attention, guidance, decoder) computes each row as it does in a batch of one.
 #![allow(clippy::unwrap_used)]
 
-use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::Arc;
 
 use aria::discover::{resolve_model, SearchPaths};
 use aria::noise::{BatchNoise, SeedGenerator};
@@ -13,20 +12,22 @@ use aria::pipeline::{RunOptions, SameNoise};
 use aria::synth::{self, Preset};
 use aria::{GenerateRequest, LoadOptions, Pipeline, TorchNoise};
 use aria_core::{DType, Tensor};
+use aria_testing::{SharedTempDir, TempDir};
 
-fn model_dir() -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let d = std::env::temp_dir().join(format!("aria-batch-items-{}", std::process::id()));
-        synth::write_model(&d, Preset::Tiny, DType::F32, 5, &mut |_, _| {}).unwrap();
-        d
+/// The tiny model, shared by the tests of this binary that run at the same time (removed when
+/// the last of them finishes).
+fn model_dir() -> Arc<TempDir> {
+    static DIR: SharedTempDir = SharedTempDir::new("batch-items-model");
+    DIR.get(|d| {
+        synth::write_model(d, Preset::Tiny, DType::F32, 5, &mut |_, _| {}).unwrap();
     })
-    .clone()
 }
 
-fn pipe(opts: &LoadOptions) -> Pipeline {
-    let files = resolve_model(&model_dir().display().to_string(), &SearchPaths::default()).unwrap();
-    Pipeline::load(&files, opts).unwrap()
+/// A pipeline of the tiny model, and the model's folder: keep it while the pipeline runs.
+fn pipe(opts: &LoadOptions) -> (Pipeline, Arc<TempDir>) {
+    let model = model_dir();
+    let files = resolve_model(&model.display().to_string(), &SearchPaths::default()).unwrap();
+    (Pipeline::load(&files, opts).unwrap(), model)
 }
 
 fn bits(t: &Tensor) -> Vec<u32> {
@@ -101,7 +102,7 @@ fn check(p: &Pipeline, cfg: f32, negative: bool) {
 
 #[test]
 fn batch_items_are_their_requests_alone() {
-    let p = pipe(&LoadOptions::default());
+    let (p, _model) = pipe(&LoadOptions::default());
     check(&p, 1.0, false);
     check(&p, 3.5, false);
     check(&p, 3.5, true);
@@ -119,13 +120,13 @@ fn batch_items_match_with_decoder_noise_on() {
         }),
         ..Default::default()
     };
-    let p = pipe(&opts);
+    let (p, _model) = pipe(&opts);
     check(&p, 3.5, false);
 }
 
 #[test]
 fn equal_seeds_in_one_batch_give_equal_items() {
-    let p = pipe(&LoadOptions::default());
+    let (p, _model) = pipe(&LoadOptions::default());
     let mut r = GenerateRequest::new("same prompt", 1.0);
     r.steps = 3;
     let reqs = vec![r.clone(), r.clone()];

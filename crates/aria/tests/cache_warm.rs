@@ -78,8 +78,7 @@ fn cache(dir: &std::path::Path, skip: SkipPolicy) -> Cache {
 fn warm_start_at_step_zero_through_the_cache_is_a_cold_generation() {
     let Some(pipe) = pipeline() else { return };
     let g = CacheGenerator::with_template(&pipe, template(), SeedGenerator::Torch);
-    let dir = std::env::temp_dir().join(format!("aria-cache-warm-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = aria_testing::TempDir::new("cache-warm");
 
     // A cold generation straight from the pipeline.
     let req = Request::new("soft rain on a window", 0.5, 4, 9);
@@ -136,5 +135,4 @@ fn warm_start_at_step_zero_through_the_cache_is_a_cold_generation() {
     let hit = c.get(w.reference.unwrap()).unwrap().unwrap();
     assert!(hit.hits >= 1 && hit.data.importance > 0.0, "{hit:?}");
     drop(c);
-    let _ = std::fs::remove_dir_all(&dir);
 }

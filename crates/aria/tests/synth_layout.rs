@@ -52,7 +52,8 @@ fn stand_in_tokenizer_gives_the_fixture_ids() {
     let Some(text) = fixture("sa3-tiny/text.safetensors") else {
         return;
     };
-    let path = std::env::temp_dir().join(format!("aria-standin-{}.json", std::process::id()));
+    let dir = aria_testing::TempDir::new("standin");
+    let path = dir.join("tokenizer.json");
     std::fs::write(&path, serde_json::to_string(&stand_in_tokenizer()).unwrap()).unwrap();
     let tok = aria_dit::tokenizer::PromptTokenizer::from_file(&path, 16).unwrap();
     let batch = tok
@@ -63,5 +64,4 @@ fn stand_in_tokenizer_gives_the_fixture_ids() {
     let mask = w.get_any("attention_mask").unwrap().to_vec_f32().unwrap();
     assert_eq!(batch.ids_tensor().unwrap().to_vec::<i64>().unwrap(), ids);
     assert_eq!(batch.mask_tensor().unwrap().to_vec_f32().unwrap(), mask);
-    std::fs::remove_file(&path).ok();
 }

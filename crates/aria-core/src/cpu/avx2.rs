@@ -115,8 +115,29 @@ unsafe fn tile<const M: usize>(
                 c1[r] = _mm256_fmadd_ps(av, b1, c1[r]);
             }
         }
+        store_tile(&c0, &c1, M, c, ldc, nc, acc);
+    }
+}
+
+/// Write (`acc`: add) the first `rows` rows of a register tile `c0 | c1` to `c` (row stride
+/// `ldc`, `nc ≤ NR` columns).
+///
+/// # Safety
+/// `c[r·ldc + j]` must be valid for `r < rows`, `j < nc`; AVX2 available.
+#[inline(always)]
+unsafe fn store_tile(
+    c0: &[__m256],
+    c1: &[__m256],
+    rows: usize,
+    c: *mut f32,
+    ldc: usize,
+    nc: usize,
+    acc: bool,
+) {
+    // SAFETY: the caller guarantees the extents of `c` and AVX2.
+    unsafe {
         if nc == NR {
-            for r in 0..M {
+            for r in 0..rows {
                 let p = c.add(r * ldc);
                 let (mut v0, mut v1) = (c0[r], c1[r]);
                 if acc {
@@ -128,7 +149,7 @@ unsafe fn tile<const M: usize>(
             }
         } else {
             let mut t = [0f32; NR];
-            for r in 0..M {
+            for r in 0..rows {
                 _mm256_storeu_ps(t.as_mut_ptr(), c0[r]);
                 _mm256_storeu_ps(t.as_mut_ptr().add(8), c1[r]);
                 let p = c.add(r * ldc);
@@ -180,6 +201,75 @@ pub unsafe fn gemm_tile(
             5 => tile::<5>(kc, a, lda, bp, ldb, c, ldc, nc, acc),
             _ => tile::<MR>(kc, a, lda, bp, ldb, c, ldc, nc, acc),
         }
+    }
+}
+
+/// One k step of the packed-A tile: two B vectors, six broadcasts, twelve FMAs.
+#[inline(always)]
+unsafe fn step_pa(ap: *const f32, bp: *const f32, c0: &mut [__m256; MR], c1: &mut [__m256; MR]) {
+    // SAFETY: the caller keeps `ap[..MR]` and `bp[..NR]` readable; AVX2 + FMA enabled by it.
+    unsafe {
+        let b0 = _mm256_loadu_ps(bp);
+        let b1 = _mm256_loadu_ps(bp.add(8));
+        for r in 0..MR {
+            let av = _mm256_broadcast_ss(&*ap.add(r));
+            c0[r] = _mm256_fmadd_ps(av, b0, c0[r]);
+            c1[r] = _mm256_fmadd_ps(av, b1, c1[r]);
+        }
+    }
+}
+
+/// Micro-kernel on a packed A micro-panel: `C[r][j] (+)= Σ_k ap[k·MR + r] · bp[k·NR + j]` for
+/// `r < mr ≤ MR`, `j < nc ≤ NR`, `k < kc` (rows `mr..MR` of `ap` are read but not stored; a
+/// zero-padded panel keeps them finite). Each output is the same sequential FMA chain from zero
+/// as in [`gemm_tile`], then added to C (or written, with `acc` false): bit-identical to it.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA, and `c[r·ldc + j]` for `r < mr`, `j < nc` must be valid
+/// and touched by no other thread during the call.
+///
+/// # Panics
+/// If a slice is shorter than the extents the call touches.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm_tile_pa(
+    mr: usize,
+    kc: usize,
+    ap: &[f32],
+    bp: &[f32],
+    c: *mut f32,
+    ldc: usize,
+    nc: usize,
+    acc: bool,
+) {
+    assert!(
+        (1..=MR).contains(&mr) && nc <= NR && ap.len() >= kc * MR && bp.len() >= kc * NR,
+        "gemm_tile_pa extents"
+    );
+    let (mut a, mut b) = (ap.as_ptr(), bp.as_ptr());
+    // SAFETY: extents checked above (kc steps of MR A values and NR B values); the caller keeps
+    // `c[r·ldc + j]` for `r < mr`, `j < nc` valid and not touched by another thread; AVX2 + FMA
+    // guaranteed by the caller.
+    unsafe {
+        let mut c0 = [_mm256_setzero_ps(); MR];
+        let mut c1 = [_mm256_setzero_ps(); MR];
+        let mut k = 0;
+        while k + 4 <= kc {
+            step_pa(a, b, &mut c0, &mut c1);
+            step_pa(a.add(MR), b.add(NR), &mut c0, &mut c1);
+            step_pa(a.add(2 * MR), b.add(2 * NR), &mut c0, &mut c1);
+            step_pa(a.add(3 * MR), b.add(3 * NR), &mut c0, &mut c1);
+            a = a.add(4 * MR);
+            b = b.add(4 * NR);
+            k += 4;
+        }
+        while k < kc {
+            step_pa(a, b, &mut c0, &mut c1);
+            a = a.add(MR);
+            b = b.add(NR);
+            k += 1;
+        }
+        store_tile(&c0, &c1, mr, c, ldc, nc, acc);
     }
 }
 

@@ -5,7 +5,9 @@
 //! B comes from a [`BSrc`]: rows of a `[N, K]` weight in f32/f16/bf16 (possibly memory-mapped and
 //! unaligned; converted to f32 while packing), a row-major `[K, N]` f32 matrix, or the implicit
 //! im2col matrix of a 1-D convolution. B is packed into zero-padded panels of NR columns, KC rows
-//! at a time; A is read in place.
+//! at a time. On the AVX2 path A is packed once per product into micro-panels of MR rows (the MR
+//! values of each k next to each other) and the tasks write C in place; the other paths read A
+//! in place and gather C from per-task blocks. Both give the same bits.
 //!
 //! Work is split into blocks of output rows and columns, and each output's K-sum runs on one
 //! thread in a fixed order (KC blocks in sequence, each an FMA chain from zero added to the
@@ -307,6 +309,25 @@ pub(crate) fn gemm_with(
     bias: Option<&[f32]>,
     c: &mut [f32],
 ) {
+    let packs_a = cfg!(target_arch = "x86_64") && isa == Isa::Avx2;
+    gemm_impl(isa, m, n, k, a, lda, b, panels, bias, c, packs_a);
+}
+
+/// [`gemm_with`], with A packed into micro-panels (`packs_a`, AVX2 only) or read in place.
+#[allow(clippy::too_many_arguments)]
+fn gemm_impl(
+    isa: Isa,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    b: &BSrc<'_>,
+    panels: Option<&PackedB>,
+    bias: Option<&[f32]>,
+    c: &mut [f32],
+    packs_a: bool,
+) {
     let c = &mut c[..m * n];
     let panels = panels.filter(|p| p.fits(isa, n, k));
     if m == 0 || n == 0 {
@@ -341,6 +362,39 @@ pub(crate) fn gemm_with(
         (panels.is_none() && mt >= PREPACK_MIN_BLOCKS && nt * per_block <= PREPACK_MAX)
             .then(|| PackedB::new(isa, b, n, k));
     let pre = panels.or(own.as_ref()).map(|p| &p.data[..]);
+    // AVX2: A packed once into micro-panels shared by every task, each task writing its block
+    // of C in place (see [`block_pa`]).
+    #[cfg(target_arch = "x86_64")]
+    if packs_a && isa == Isa::Avx2 {
+        let mut ap = vec![0f32; m.div_ceil(MR) * k * MR];
+        pack_a(a, lda, m, k, &mut ap);
+        let cp = CPtr(c.as_mut_ptr());
+        (0..mt * nt).into_par_iter().for_each(|t| {
+            let (mi, ni) = (t / nt, t % nt);
+            let (m0, n0) = (mi * mbs, ni * NB);
+            let (mb, nb) = (mbs.min(m - m0), NB.min(n - n0));
+            let packed = pre.map(|v| &v[ni * per_block..(ni + 1) * per_block]);
+            let cp = &cp;
+            // SAFETY: C holds m × n elements and (m0, n0) is inside it; this task alone
+            // touches rows m0..m0 + mb, columns n0..n0 + nb.
+            let ct = unsafe { cp.0.add(m0 * n + n0) };
+            // SAFETY: the block of C at `ct` (mb rows of nb elements, stride n) belongs to this
+            // task, as above; the path is AVX2, detected at run time.
+            unsafe { block_pa(mb, nb, k, &ap[m0 / MR * k * MR..], b, n0, packed, ct, n) };
+            if let Some(bv) = bias {
+                for r in 0..mb {
+                    // SAFETY: row r of this task's block, as above.
+                    let row = unsafe { std::slice::from_raw_parts_mut(ct.add(r * n), nb) };
+                    for (d, b) in row.iter_mut().zip(&bv[n0..n0 + nb]) {
+                        *d += b;
+                    }
+                }
+            }
+        });
+        return;
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = packs_a;
     let blocks: Vec<(usize, usize, Vec<f32>)> = (0..mt * nt)
         .into_par_iter()
         .map(|t| {
@@ -374,6 +428,47 @@ pub(crate) fn gemm_with(
         });
 }
 
+/// The B panels of one KC slab for the columns `n0..n0 + nb` of a block: a slice of the copy
+/// packed once for all row blocks, or packed here into a buffer reused slab after slab.
+struct SlabPanels<'p> {
+    packed: Option<&'p [f32]>,
+    bp: Vec<f32>,
+    tmp: Vec<f32>,
+    nr: usize,
+    np: usize,
+}
+
+impl<'p> SlabPanels<'p> {
+    fn new(packed: Option<&'p [f32]>, nr: usize, np: usize) -> SlabPanels<'p> {
+        let bp = if packed.is_none() {
+            vec![0f32; np * KC * nr]
+        } else {
+            Vec::new()
+        };
+        SlabPanels {
+            packed,
+            bp,
+            tmp: Vec::new(),
+            nr,
+            np,
+        }
+    }
+
+    fn slab(&mut self, b: &BSrc<'_>, k0: usize, kc: usize, n0: usize, nb: usize) -> &[f32] {
+        let (nr, np) = (self.nr, self.np);
+        match self.packed {
+            Some(v) => {
+                let s = (k0 / KC) * (NB / nr) * KC * nr;
+                &v[s..s + np * KC * nr]
+            }
+            None => {
+                b.pack_slab(nr, k0, kc, n0, nb, &mut self.bp, &mut self.tmp);
+                &self.bp
+            }
+        }
+    }
+}
+
 /// One output block `C[mb, nb]` (row-major, `ldc = nb`) for B columns `n0..n0 + nb`. `packed`
 /// holds this column block's panels for every KC slab (slab `s` at `s · (NB / nr) · KC · nr`),
 /// or `None` to pack them here, slab by slab.
@@ -392,25 +487,11 @@ fn block(
 ) {
     let nr = panel_width(isa);
     let np = nb.div_ceil(nr);
-    let mut bp = if packed.is_none() {
-        vec![0f32; np * KC * nr]
-    } else {
-        Vec::new()
-    };
-    let mut tmp = Vec::new();
+    let mut slabs = SlabPanels::new(packed, nr, np);
     let mut k0 = 0;
     while k0 < k {
         let kc = KC.min(k - k0);
-        let panels: &[f32] = match packed {
-            Some(v) => {
-                let s = (k0 / KC) * (NB / nr) * KC * nr;
-                &v[s..s + np * KC * nr]
-            }
-            None => {
-                b.pack_slab(nr, k0, kc, n0, nb, &mut bp, &mut tmp);
-                &bp
-            }
-        };
+        let panels = slabs.slab(b, k0, kc, n0, nb);
         let mut i0 = 0;
         while i0 < mb {
             let mr = tile_rows(isa).min(mb - i0);
@@ -425,6 +506,92 @@ fn block(
                 );
             }
             i0 += mr;
+        }
+        k0 += kc;
+    }
+}
+
+/// The output pointer shared by the tasks of a product (each writes its own block).
+#[cfg(target_arch = "x86_64")]
+struct CPtr(*mut f32);
+// SAFETY: tasks write disjoint blocks of C through it, and the product waits for all of them.
+#[cfg(target_arch = "x86_64")]
+unsafe impl Send for CPtr {}
+// SAFETY: as above.
+#[cfg(target_arch = "x86_64")]
+unsafe impl Sync for CPtr {}
+
+/// Pack the rows of `A[m, k]` into micro-panels of [`MR`] rows: tile `t` at `out[t · k · MR..]`,
+/// its element `(r, kk)` at `kk · MR + r`; rows past `m` zero. In parallel over tiles.
+#[cfg(target_arch = "x86_64")]
+fn pack_a(a: &[f32], lda: usize, m: usize, k: usize, out: &mut [f32]) {
+    out.par_chunks_mut(k * MR).enumerate().for_each(|(t, o)| {
+        let rows = MR.min(m - t * MR);
+        let src: [&[f32]; MR] = std::array::from_fn(|r| {
+            if r < rows {
+                &a[(t * MR + r) * lda..(t * MR + r) * lda + k]
+            } else {
+                &[]
+            }
+        });
+        if rows == MR {
+            for (kk, ov) in o.chunks_exact_mut(MR).enumerate() {
+                for (v, row) in ov.iter_mut().zip(&src) {
+                    *v = row[kk];
+                }
+            }
+        } else {
+            for (kk, ov) in o.chunks_exact_mut(MR).enumerate() {
+                for (v, row) in ov.iter_mut().zip(&src) {
+                    *v = row.get(kk).copied().unwrap_or(0.0);
+                }
+            }
+        }
+    });
+}
+
+/// [`block`] on the AVX2 path, from A packed by [`pack_a`] (`ap`: this block's tiles, whole K)
+/// into C at `c` with row stride `ldc`. Per KC slab, each 16-column B micro-panel (16 KiB) stays
+/// in L1 while the A micro-panels of every tile stream past it from L2; each output's K-sum is
+/// the FMA chain of [`block`] (same slabs, same order), so the result is bit-identical to it.
+///
+/// # Safety
+/// AVX2 and FMA must be available, and `c[r·ldc + j]` for `r < mb`, `j < nb` valid and touched by
+/// no other thread during the call.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn block_pa(
+    mb: usize,
+    nb: usize,
+    k: usize,
+    ap: &[f32],
+    b: &BSrc<'_>,
+    n0: usize,
+    packed: Option<&[f32]>,
+    c: *mut f32,
+    ldc: usize,
+) {
+    let nr = super::scalar::NR;
+    let np = nb.div_ceil(nr);
+    let mt = mb.div_ceil(MR);
+    let mut slabs = SlabPanels::new(packed, nr, np);
+    let mut k0 = 0;
+    while k0 < k {
+        let kc = KC.min(k - k0);
+        let panels = slabs.slab(b, k0, kc, n0, nb);
+        for p in 0..np {
+            let nc = nr.min(nb - p * nr);
+            let panel = &panels[p * KC * nr..p * KC * nr + kc * nr];
+            for t in 0..mt {
+                let mr = MR.min(mb - t * MR);
+                let at = &ap[(t * k + k0) * MR..(t * k + k0 + kc) * MR];
+                // SAFETY: the tile (mr rows from t·MR, nc columns from p·nr) lies inside the
+                // caller's block of C; AVX2 + FMA guaranteed by the caller.
+                unsafe {
+                    let ct = c.add(t * MR * ldc + p * nr);
+                    super::avx2::gemm_tile_pa(mr, kc, at, panel, ct, ldc, nc, k0 > 0)
+                };
+            }
         }
         k0 += kc;
     }
@@ -663,6 +830,59 @@ mod tests {
                 let mut got = vec![f32::NAN; m * n];
                 gemm_with(isa, m, n, k, &a, k, &src, Some(&other), None, &mut got);
                 assert_eq!(got, want, "{isa:?} {m}x{n}x{k} misfit panels");
+            }
+        }
+    }
+
+    /// On AVX2, the driver with A packed into micro-panels (the default there) gives the bits of
+    /// the one reading A in place, with and without bias and prepacked panels, for one and
+    /// several row blocks, partial tiles, panels and K slabs, on 1–3 threads.
+    #[test]
+    fn packed_a_bit_identical_to_in_place() {
+        if !Isa::available().contains(&Isa::Avx2) {
+            eprintln!("skipped: no AVX2");
+            return;
+        }
+        let isa = Isa::Avx2;
+        for (m, n, k) in [
+            (1, 19, 5),
+            (7, 300, 300),
+            (238, 200, 520),
+            (250, 140, 257),
+            (500, 270, 1030),
+            (1000, 33, 70),
+        ] {
+            let a: Vec<f32> = (0..m * (k + 3))
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+                .collect();
+            let w: Vec<f32> = (0..n * k)
+                .map(|i| ((i * 53 % 97) as f32 - 48.0) / 48.0)
+                .collect();
+            let bias: Vec<f32> = (0..n).map(|j| j as f32 * 0.37 - 3.0).collect();
+            let src = BSrc::Nk(WData::F32(&w), k);
+            let p = PackedB::new(isa, &src, n, k);
+            for threads in 1..=3 {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .expect("thread pool");
+                for (panels, bias) in [(None, None), (Some(&p), Some(&bias[..]))] {
+                    let run = |packs_a| {
+                        let mut c = vec![f32::NAN; m * n];
+                        pool.install(|| {
+                            gemm_impl(isa, m, n, k, &a, k + 3, &src, panels, bias, &mut c, packs_a)
+                        });
+                        c
+                    };
+                    let (want, got) = (run(false), run(true));
+                    assert!(
+                        want.iter()
+                            .zip(&got)
+                            .all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "{m}x{n}x{k}, {threads} threads, prepacked/bias {}",
+                        panels.is_some()
+                    );
+                }
             }
         }
     }

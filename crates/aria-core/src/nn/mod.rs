@@ -26,6 +26,8 @@
 //! let proj = Linear::load(&vb.pp("proj"), 2, 3, Bias::Yes)?;
 //! let y = proj.forward(&Tensor::from_vec(vec![1.0f32, 2.0], &[1, 2])?)?;
 //! assert_eq!(y.to_vec::<f32>()?, vec![1.5, 2.5, 3.5]);
+//! # drop((proj, vb));
+//! # std::fs::remove_dir_all(&dir).map_err(|e| aria_core::CoreError::Invalid(e.to_string()))?;
 //! # Ok(()) }
 //! ```
 

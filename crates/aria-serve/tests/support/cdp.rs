@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use aria_testing::TempDir;
 use base64::Engine;
 use serde_json::{json, Value};
 use tungstenite::{Message, WebSocket};
@@ -36,7 +37,8 @@ pub fn find_chromium() -> Option<PathBuf> {
 /// A running headless browser with one attached page.
 pub struct Browser {
     child: Child,
-    profile: PathBuf,
+    /// Removed after the browser has been killed (fields drop after `Drop::drop`).
+    _profile: TempDir,
     ws: WebSocket<TcpStream>,
     next_id: u64,
     session: String,
@@ -48,11 +50,7 @@ pub struct Browser {
 impl Browser {
     /// Launch `exe` headless with a `width`×`height` viewport and attach to a blank page.
     pub fn launch(exe: &Path, width: u32, height: u32) -> Result<Browser> {
-        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let profile = std::env::temp_dir().join(format!("aria-cdp-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&profile);
-        std::fs::create_dir_all(&profile).map_err(|e| format!("profile dir: {e}"))?;
+        let profile = TempDir::new("cdp");
         let child = Command::new(exe)
             .args([
                 "--headless=new",
@@ -108,7 +106,7 @@ impl Browser {
             .map_err(|e| format!("DevTools handshake: {e}"))?;
         let mut b = Browser {
             child,
-            profile,
+            _profile: profile,
             ws,
             next_id: 0,
             session: String::new(),
@@ -330,6 +328,5 @@ impl Drop for Browser {
         let _ = self.ws.close(None);
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.profile);
     }
 }

@@ -144,6 +144,10 @@ pub struct LoadOptions {
     /// [`Self::w8a8`]); its dense pages are released. Decoding then runs on packed kernels:
     /// less memory, not necessarily faster (measure).
     pub quantize_decoder: bool,
+    /// Pack the T5Gemma encoder's matrices as `q8_0` at load (W8A8 with [`Self::w8a8`]); its
+    /// dense pages are released. Needs f32 text arithmetic (the bf16 replay needs the dense
+    /// weights). Needs the `quant` feature (`quant::pack_text`).
+    pub quantize_text: bool,
 }
 
 /// The LoRA adapters of a pipeline: the stack (files and strengths) and, when an adapter
@@ -219,19 +223,31 @@ impl Pipeline {
         let (dit_vb, prequantized) =
             crate::quant::dit_loader(&weights, &files.weights, opts.precision, opts.w8a8)?;
         let mut dit = Dit::load(&config.model.diffusion.config, &dit_vb.pp("model.model"))?;
-        let quant =
+        let mut quant =
             crate::quant::prepare_dit(&mut dit, &weights, opts.precision, prequantized, opts.w8a8)?;
         if !opts.keep_resident {
             // Loading read them (checksums of packed weights): they come back when sampling.
             dit.release_pages()?;
         }
-        let mut ae = Autoencoder::load(&ae_cfg, &weights)?;
+        // Through the packed loader: a pre-quantized folder's decoder matrices come packed.
+        let mut ae = Autoencoder::load(&ae_cfg, &dit_vb)?;
+        if prequantized.is_some() {
+            crate::quant::attach_decoder(&mut ae, &dit_vb)?;
+        }
         if opts.quantize_decoder {
             crate::quant::pack_decoder(&mut ae, opts.w8a8)?;
         }
+        if !opts.keep_resident {
+            // Loading read the packed decoder's blocks (checksums): they come back to decode.
+            ae.release_pages()?;
+        }
+        quant.decoder_kinds = crate::quant::decoder_kinds(&mut ae);
         let mut text = TextConditioner::load(&config, &weights)?;
         if let Some(p) = opts.text_precision {
             text.prompt_mut().encoder_mut().set_precision(p);
+        }
+        if opts.quantize_text {
+            crate::quant::pack_text(&mut text, opts.w8a8)?;
         }
         let geometry = Geometry {
             sample_rate: config.sample_rate,

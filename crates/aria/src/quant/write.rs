@@ -4,11 +4,12 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use aria_core::{Tensor, WeightLoader};
+use aria_codec::{Autoencoder, AutoencoderConfig};
+use aria_core::WeightLoader;
 use aria_dit::config::ModelConfig;
 use aria_dit::dit::Dit;
-use aria_quant::io::{write_packed, Entry, PackMeta};
-use aria_quant::{PackedMatrix, Xxh64};
+use aria_quant::io::{write_packed_stream, Item, PackMeta, Spec};
+use aria_quant::{Format, PackedMatrix, QuantError, Xxh64};
 
 use super::{qerr, WeightPrecision};
 use crate::discover::ModelFiles;
@@ -21,8 +22,10 @@ pub struct QuantizeSummary {
     pub dir: PathBuf,
     /// The policy.
     pub precision: WeightPrecision,
-    /// Packed tensors per format tag.
+    /// Packed tensors per format tag (DiT and decoder).
     pub formats: BTreeMap<String, usize>,
+    /// The format of the decoder's packed matrices (`None`: kept dense).
+    pub decoder: Option<String>,
     /// Tensors written as they were.
     pub dense_tensors: usize,
     /// Bytes of the packed weights' source tensors.
@@ -103,18 +106,65 @@ fn link_dir(src: &Path, dst: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Write a pre-quantized copy of the model folder `files` to `out` at a packed `precision`
-/// (`q8`, `q4`, `q4-mixed`): `out/model.safetensors` holds the DiT linears the policy packs as
-/// U8 blocks and every other tensor as it was, with the container version, policy and the
-/// source checksum in its metadata; `model_config.json` and the text-encoder folder are
-/// linked or copied. `out` must not hold a model already. `progress(done, total)` counts DiT
-/// linears.
+/// What [`quantize_model_with`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuantizeOptions {
+    /// The packed precision of the DiT linears (`q8`, `q4`, `q4-mixed`).
+    pub precision: WeightPrecision,
+    /// Keep the autoencoder decoder's matrices dense (by default they are packed as `q8_0`,
+    /// the blocks [`LoadOptions::quantize_decoder`](crate::LoadOptions::quantize_decoder)
+    /// packs at load).
+    pub dense_decoder: bool,
+}
+
+impl QuantizeOptions {
+    /// `precision`, with the decoder packed.
+    pub fn new(precision: WeightPrecision) -> QuantizeOptions {
+        QuantizeOptions {
+            precision,
+            dense_decoder: false,
+        }
+    }
+}
+
+/// [`quantize_model_with`] at `precision`, with the decoder packed as `q8_0`.
 pub fn quantize_model(
     files: &ModelFiles,
     precision: WeightPrecision,
     out: &Path,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<QuantizeSummary> {
+    quantize_model_with(files, &QuantizeOptions::new(precision), out, progress)
+}
+
+/// Where a written tensor comes from.
+enum Src {
+    /// A DiT linear the policy packs: checkpoint key, logical shape.
+    Dit([usize; 2]),
+    /// A decoder matrix: index into the decoder's linears.
+    Decoder(usize),
+    /// A checkpoint tensor written as it is.
+    Dense,
+}
+
+/// Write a pre-quantized copy of the model folder `files` to `out` (see [`QuantizeOptions`]):
+/// `out/model.safetensors` holds the DiT linears the policy packs and (unless
+/// [`QuantizeOptions::dense_decoder`]) the autoencoder decoder's matrices, as `q8_0`, as U8
+/// blocks, and every other tensor as it was, with the container version, policy, decoder
+/// format and the source checksum in its metadata; `model_config.json` and the text-encoder
+/// folder are linked or copied. `out` must not hold a model already.
+///
+/// The file is written one tensor at a time ([`aria_quant::io::write_packed_stream`]): a
+/// matrix is quantized, written and dropped, and the pages of its source released, so the
+/// memory held stays near one matrix whatever the model's size. `progress(done, total)`
+/// counts tensors written.
+pub fn quantize_model_with(
+    files: &ModelFiles,
+    opts: &QuantizeOptions,
+    out: &Path,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<QuantizeSummary> {
+    let precision = opts.precision;
     let policy = precision.policy().ok_or_else(|| {
         Error::Input(format!(
             "quantize writes a packed precision (q8, q4, q4-mixed), not {precision}"
@@ -143,49 +193,121 @@ pub fn quantize_model(
         .map(|l| (format!("{}.weight", l.name()), l.weight().shape()))
         .collect();
     drop(dit);
-    let mut packed: BTreeMap<String, PackedMatrix> = BTreeMap::new();
-    let mut formats: BTreeMap<String, usize> = BTreeMap::new();
-    let (mut source_bytes, mut packed_bytes) = (0usize, 0usize);
-    let total = layers.len();
-    for (i, (key, shape)) in layers.iter().enumerate() {
-        progress(i, total);
-        let Some(f) = policy.format_for(key, *shape) else {
+    // Declared up front: every tensor's name and what it will be.
+    let mut specs: Vec<(String, Spec)> = Vec::new();
+    let mut srcs: Vec<Src> = Vec::new();
+    let mut replaced = std::collections::HashSet::new();
+    for (key, shape) in &layers {
+        if let Some(format) = policy.format_for(key, *shape) {
+            specs.push((
+                key.clone(),
+                Spec::Packed {
+                    format,
+                    shape: *shape,
+                },
+            ));
+            srcs.push(Src::Dit(*shape));
+            replaced.insert(key.clone());
+        }
+    }
+    // The decoder as the model builds it (the mapping's weight-normalised kernel folded),
+    // so its blocks are the ones packing at load makes.
+    let mut ae = if opts.dense_decoder {
+        None
+    } else {
+        let ae_cfg = AutoencoderConfig::from_model_config(&files.config)?;
+        let ae = Autoencoder::load(&ae_cfg, &weights)?;
+        release_folded(&weights)?;
+        Some(ae)
+    };
+    let decoder: Vec<&mut aria_core::nn::Linear> = ae
+        .as_mut()
+        .map(|a| a.decoder_linears_mut())
+        .unwrap_or_default();
+    for (k, lin) in decoder.iter().enumerate() {
+        let key = format!("{}.weight", lin.name());
+        specs.push((
+            key.clone(),
+            Spec::Packed {
+                format: Format::Q8_0,
+                shape: lin.weight().shape(),
+            },
+        ));
+        srcs.push(Src::Decoder(k));
+        replaced.insert(key);
+    }
+    for n in weights.names() {
+        if replaced.contains(&n) {
             continue;
-        };
-        let w = weights.get_any(key)?;
-        let w = if w.rank() == 3 { w.reshape(shape)? } else { w };
-        let m = PackedMatrix::quantize(key, &w, f).map_err(qerr)?;
-        source_bytes += w.elem_count() * w.dtype().size();
-        packed_bytes += m.nbytes();
-        drop(w);
-        weights.release(key)?;
-        *formats.entry(f.tag()).or_default() += 1;
-        packed.insert(key.clone(), m);
+        }
+        let (_, info) = weights.info(&n)?;
+        specs.push((
+            n.clone(),
+            Spec::Dense {
+                dtype: info.dtype,
+                shape: info.shape.clone(),
+            },
+        ));
+        srcs.push(Src::Dense);
     }
-    progress(total, total);
-    let names = weights.names();
-    let dense: Vec<(String, Tensor)> = names
-        .iter()
-        .filter(|n| !packed.contains_key(*n))
-        .map(|n| weights.get_any(n).map(|t| (n.clone(), t)))
-        .collect::<aria_core::Result<_>>()?;
-    let mut entries: Vec<(&str, Entry<'_>)> = Vec::with_capacity(names.len());
-    for (n, m) in &packed {
-        entries.push((n.as_str(), Entry::Packed(m)));
+    let mut formats: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, s) in &specs {
+        if let Spec::Packed { format, .. } = s {
+            *formats.entry(format.tag()).or_default() += 1;
+        }
     }
-    for (n, t) in &dense {
-        entries.push((n.as_str(), Entry::Dense(t)));
-    }
+    let dense_tensors = srcs.iter().filter(|s| matches!(s, Src::Dense)).count();
+    let (mut source_bytes, mut packed_bytes) = (0usize, 0usize);
+    let total = specs.len();
+    let mut done = 0usize;
     std::fs::create_dir_all(out).map_err(io_err(out))?;
-    write_packed(
-        &target,
-        &entries,
-        &PackMeta {
-            policy: policy.name().to_string(),
-            source: source.clone(),
-        },
-    )
-    .map_err(qerr)?;
+    let meta = PackMeta {
+        policy: policy.name().to_string(),
+        source: source.clone(),
+        decoder: (!decoder.is_empty()).then(|| Format::Q8_0.tag()),
+    };
+    progress(0, total);
+    let mut produce = |i: usize| -> aria_quant::Result<Item> {
+        let (key, spec) = &specs[i];
+        Ok(match (&srcs[i], spec) {
+            (Src::Dit(shape), Spec::Packed { format, .. }) => {
+                let w = weights.get_any(key)?;
+                let w = if w.rank() == 3 { w.reshape(shape)? } else { w };
+                source_bytes += w.elem_count() * w.dtype().size();
+                let m = PackedMatrix::quantize(key, &w, *format)?;
+                packed_bytes += m.nbytes();
+                Item::Packed(m)
+            }
+            (Src::Decoder(k), _) => {
+                let lin = &decoder[*k];
+                let w = lin.weight().dense().ok_or_else(|| QuantError::File {
+                    path: files.weights.clone(),
+                    reason: format!("decoder matrix `{key}` did not load dense"),
+                })?;
+                source_bytes += w.elem_count() * w.dtype().size();
+                let m = PackedMatrix::quantize(key, w, Format::Q8_0)?;
+                packed_bytes += m.nbytes();
+                Item::Packed(m)
+            }
+            _ => Item::Dense(weights.get_any(key)?),
+        })
+    };
+    let mut written = |i: usize| -> aria_quant::Result<()> {
+        let key = &specs[i].0;
+        match &srcs[i] {
+            Src::Decoder(k) => {
+                decoder[*k].weight().release_pages()?;
+            }
+            _ => {
+                weights.release(key)?;
+            }
+        }
+        done += 1;
+        progress(done, total);
+        Ok(())
+    };
+    write_packed_stream(&target, &specs, &meta, &mut produce, &mut written).map_err(qerr)?;
+    drop(ae);
     link_or_copy(&files.config, &out.join("model_config.json"))?;
     let t5_rel = files
         .t5_dir
@@ -197,9 +319,21 @@ pub fn quantize_model(
         dir: out.to_path_buf(),
         precision,
         formats,
-        dense_tensors: dense.len(),
+        decoder: meta.decoder,
+        dense_tensors,
         source_bytes,
         packed_bytes,
         source,
     })
+}
+
+/// Release the pages of the weight-normalised kernels (`weight_v`) the autoencoder read to
+/// fold its mapping convolutions.
+pub(super) fn release_folded(weights: &WeightLoader) -> Result<()> {
+    for n in weights.names() {
+        if n.starts_with("pretransform.") && n.ends_with(".weight_v") {
+            weights.release(&n)?;
+        }
+    }
+    Ok(())
 }

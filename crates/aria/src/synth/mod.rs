@@ -257,7 +257,7 @@ mod tests {
 
     #[test]
     fn tiny_model_round_trips_through_the_loader() {
-        let dir = std::env::temp_dir().join(format!("aria-synth-test-{}", std::process::id()));
+        let dir = aria_testing::TempDir::new("synth-test");
         let s = write_model(&dir, Preset::Tiny, DType::F32, 1, &mut |_, _| {}).unwrap();
         let l = aria_core::WeightLoader::open(&[dir.join("model.safetensors")]).unwrap();
         assert_eq!(l.names().len(), s.tensors);
@@ -292,6 +292,5 @@ mod tests {
             t5.get_any("encoder.norm.weight").unwrap().dtype(),
             DType::BF16
         );
-        std::fs::remove_dir_all(&dir).ok();
     }
 }
