@@ -333,7 +333,8 @@ fn lora_that_does_not_fit() {
     );
 }
 
-/// `--text-precision`: f32 is the default; the bf16 replay gives other latents.
+/// `--text-precision`: the default is bf16-dot where the CPU has AVX-512 BF16 and f32
+/// elsewhere; the bf16 replay and the other of the two give other latents.
 #[test]
 fn text_precision_flag() {
     let d = TempDir::new("cli-precision");
@@ -359,7 +360,14 @@ fn text_precision_flag() {
     let default = run(&[], &p("d.safetensors"));
     let bf16 = run(&["--text-precision", "bf16"], &p("b.safetensors"));
     let f32 = run(&["--text-precision", "f32"], &p("f.safetensors"));
-    assert_eq!(default, f32);
+    let dot = run(&["--text-precision", "bf16-dot"], &p("t.safetensors"));
+    if aria_core::nn::Bf16DotWeight::native() {
+        assert_eq!(default, dot);
+        assert_ne!(default, f32);
+    } else {
+        assert_eq!(default, f32);
+        assert_ne!(default, dot);
+    }
     assert_ne!(default, bf16);
     let out = aria(&gen_args(m, &p("o.wav"), &["--text-precision", "f16"]), &d);
     assert!(!out.status.success());

@@ -487,6 +487,36 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 }),
             )?);
         }
+        // The same T5 shapes with bf16 products (`Bf16DotWeight`: `vdpbf16ps` with AVX-512
+        // BF16, its peak twice the f32 FMA peak); the baseline is the f32 path on the same
+        // bf16 weight (`ops::linear`), so the ratio is bf16-dot / f32 speed.
+        for &(m, k, n) in &[
+            (256usize, 768usize, 768usize),
+            (256, 768, 2048),
+            (256, 2048, 768),
+        ] {
+            let x = tensor(randn(m * k, 3), &[m, k])?;
+            let w = tensor(randn(n * k, 4), &[n, k])?
+                .to_dtype(DType::BF16)
+                .map_err(err)?;
+            let p = aria_core::nn::Bf16DotWeight::pack(&w).map_err(err)?;
+            let native = if aria_core::nn::Bf16DotWeight::native() {
+                "vdpbf16ps"
+            } else {
+                "emulated"
+            };
+            rows.push(measure(
+                format!("linear bf16-dot ({native}) M={m} K={k} N={n}"),
+                nt,
+                o.reps,
+                2.0 * (m * n * k) as f64,
+                &mut || {
+                    use aria_core::nn::PackedWeight;
+                    drop(black_box(p.linear(&x, None)))
+                },
+                Some(&mut || drop(black_box(ops::linear(&x, &w, None)))),
+            )?);
+        }
         let (h, d) = (16usize, 64usize);
         let seqs: &[usize] = if o.quick { &[238] } else { &[238, 452, 1356] };
         for &nq in seqs {

@@ -352,6 +352,30 @@ fn child(model: &Path, seconds: &str, reps: usize) -> Result<(), String> {
     replay.encode_prompts(&[PROMPT]).map_err(|x| e(&x))?;
     let t_replay = best_of(reps, || replay.encode_prompts(&[PROMPT]).map_err(|x| e(&x)))?;
     println!("RESULT text_replay={t_replay:.4}");
+    // The other non-default path: f32 arithmetic, or bf16 products where f32 is the default.
+    let mut other = text.clone();
+    let enc = other.prompt_mut().encoder_mut();
+    let alt = if enc.precision() == aria::pipeline::Precision::Bf16Dot {
+        aria::pipeline::Precision::F32
+    } else {
+        aria::pipeline::Precision::Bf16Dot
+    };
+    enc.set_precision(alt);
+    other.encode_prompts(&[PROMPT]).map_err(|x| e(&x))?;
+    let t_other = best_of(reps, || other.encode_prompts(&[PROMPT]).map_err(|x| e(&x)))?;
+    let tag = if alt == aria::pipeline::Precision::F32 {
+        "f32"
+    } else {
+        "bf16dot"
+    };
+    println!("RESULT text_{tag}={t_other:.4}");
+    // What a request pays on top when the pages (and packed matrices) were released after the
+    // previous one, as generate() does by default: the encode with its packing.
+    let t_cold = best_of(reps, || {
+        text.prompt().encoder().release_pages().map_err(|x| e(&x))?;
+        text.encode_prompts(&[PROMPT]).map_err(|x| e(&x))
+    })?;
+    println!("RESULT text_released={t_cold:.4}");
     let (emb, _) = text.encode_prompts(&[PROMPT]).map_err(|x| e(&x))?;
     let n_cond = emb.shape().get(1).copied().unwrap_or(0) + 1;
     let cond_dim = emb.shape().last().copied().unwrap_or(0);
@@ -502,6 +526,18 @@ pub fn run(args: &[String]) -> Result<(), String> {
             off_ref,
             &aria,
         );
+        for (label, k) in [
+            ("text encode (aria: f32)", "text_f32"),
+            ("text encode (aria: bf16 products)", "text_bf16dot"),
+            (
+                "text encode (aria default, pages released before)",
+                "text_released",
+            ),
+        ] {
+            if aria.get(k).is_some() {
+                row_vs(label, "text", k, off_ref, &aria);
+            }
+        }
     }
     for &s in &o.seconds {
         let k = key(s);

@@ -6,12 +6,14 @@
 //! Reported per thread count: the median wall time of the default forward (f32 arithmetic on
 //! the bf16 weights used from the memory map), its GFLOP/s, its ratio to a baseline measured in
 //! the same run (the same forward with every weight converted to f32 in memory beforehand), and
-//! the bf16 replay (`Precision::Bf16`, PyTorch's AVX2 bf16 arithmetic). The official
+//! the bf16 replay (`Precision::Bf16`, PyTorch's AVX2 bf16 arithmetic) and the bf16 products
+//! with f32 accumulation (`Precision::Bf16Dot`, the pipeline's default on CPUs with AVX-512
+//! BF16; the matrices packed once before timing). The official
 //! implementation is compared on the same machine by `cargo xtask bench official`.
 //!
 //! Options: `--reps N` (timed repetitions after one warm-up; default 5), `--threads A,B`
 //! (default 1,2), `--len L` (prompt tokens; default 256), `--paths P,Q` (any of `default`,
-//! `copy`, `replay`; default all three), `--keep` (keep the weights folder).
+//! `copy`, `replay`, `dot`; default all four), `--keep` (keep the weights folder).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -39,7 +41,12 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         reps: 5,
         threads: vec![1, 2],
         len: 256,
-        paths: vec!["default".into(), "copy".into(), "replay".into()],
+        paths: vec![
+            "default".into(),
+            "copy".into(),
+            "replay".into(),
+            "dot".into(),
+        ],
         keep: false,
     };
     let mut it = args.iter();
@@ -59,9 +66,11 @@ fn parse(args: &[String]) -> Result<Opts, String> {
                 if let Some(p) = o
                     .paths
                     .iter()
-                    .find(|p| !["default", "copy", "replay"].contains(&p.as_str()))
+                    .find(|p| !["default", "copy", "replay", "dot"].contains(&p.as_str()))
                 {
-                    return Err(format!("--paths: `{p}` is not default, copy or replay"));
+                    return Err(format!(
+                        "--paths: `{p}` is not default, copy, replay or dot"
+                    ));
                 }
             }
             "--keep" => o.keep = true,
@@ -227,6 +236,9 @@ fn bench(o: &Opts, dir: &Path) -> Result<(), String> {
     }
     let mut enc_bf16 = enc.clone();
     enc_bf16.set_precision(Precision::Bf16);
+    let mut enc_dot = enc.clone();
+    enc_dot.set_precision(Precision::Bf16Dot);
+    enc_dot.prepare().map_err(|e| e.to_string())?;
     let cfg: T5GemmaConfig = enc.config().clone();
     let file = dir.join("model.safetensors");
     let loader = WeightLoader::open_checkpoint(&file).map_err(|e| e.to_string())?;
@@ -245,7 +257,7 @@ fn bench(o: &Opts, dir: &Path) -> Result<(), String> {
         o.len, o.reps
     );
     println!(
-        "{:>7} | {:>12} {:>8} {:>8} | {:>12} {:>8} | {:>7} | {:>14} {:>8} | {:>7}",
+        "{:>7} | {:>12} {:>8} {:>8} | {:>12} {:>8} | {:>7} | {:>14} {:>8} | {:>7} | {:>13} {:>8} | {:>7}",
         "threads",
         "default (s)",
         "GFLOP/s",
@@ -256,6 +268,9 @@ fn bench(o: &Opts, dir: &Path) -> Result<(), String> {
         "bf16 replay (s)",
         "GFLOP/s",
         "rpl/dft",
+        "bf16-dot (s)",
+        "GFLOP/s",
+        "dot/dft",
     );
     let want = |p: &str| o.paths.iter().any(|q| q == p);
     let cell = |v: Option<f64>, w: usize, prec: usize| match v {
@@ -278,10 +293,15 @@ fn bench(o: &Opts, dir: &Path) -> Result<(), String> {
         } else {
             None
         };
+        let d = if want("dot") {
+            Some(time(&enc_dot, &ids, &mask, n, o.reps)?.0)
+        } else {
+            None
+        };
         let td = t.map(|v| v.0);
         let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
         println!(
-            "{n:>7} | {} {} {} | {} {} | {} | {} {} | {}",
+            "{n:>7} | {} {} {} | {} {} | {} | {} {} | {} | {} {} | {}",
             cell(td, 12, 3),
             cell(td.map(|v| gflop / v), 8, 1),
             cell(t.map(|v| v.1), 8, 2),
@@ -291,6 +311,9 @@ fn bench(o: &Opts, dir: &Path) -> Result<(), String> {
             cell(x, 15, 3),
             cell(x.map(|v| gflop / v), 8, 1),
             cell(ratio(x, td), 7, 2),
+            cell(d, 13, 3),
+            cell(d.map(|v| gflop / v), 8, 1),
+            cell(ratio(d, td), 7, 2),
         );
     }
     println!("(wall-clock medians; cpu s: CPU seconds per forward over all threads, a check on contention;");
@@ -298,8 +321,8 @@ fn bench(o: &Opts, dir: &Path) -> Result<(), String> {
     println!(
         " in-memory f32 copy; bf16 replay: PyTorch's bf16 CPU arithmetic on AVX2, its summation"
     );
-    println!(
-        " orders included (`Precision::Bf16`); `bench official` compares with the official code)"
-    );
+    println!(" orders included (`Precision::Bf16`); bf16-dot: bf16 products with f32 accumulation");
+    println!(" (`Precision::Bf16Dot`, `vdpbf16ps` where the CPU has AVX-512 BF16, else emulated);");
+    println!(" `bench official` compares with the official code)");
     Ok(())
 }

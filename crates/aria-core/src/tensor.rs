@@ -319,19 +319,30 @@ impl Tensor {
             .ok_or_else(|| CoreError::shape("as_bytes", "layout exceeds storage", &[&self.shape]))
     }
 
-    /// Storage indices of the elements in row-major order.
-    fn indices(&self) -> Vec<usize> {
+    /// The elements in row-major order, read through the layout from `all` (the storage): runs
+    /// of the last dimension are copied whole when it is contiguous (a transposed head layout,
+    /// a narrowed row), element by element otherwise.
+    fn gather<T: Copy>(&self, all: &[T]) -> Vec<T> {
         let n = self.elem_count();
         let mut out = Vec::with_capacity(n);
         if n == 0 {
             return out;
         }
         let rank = self.shape.len();
-        let mut idx = vec![0usize; rank];
+        if rank == 0 {
+            out.push(all[self.offset]);
+            return out;
+        }
+        let (inner, is) = (self.shape[rank - 1], self.strides[rank - 1]);
+        let mut idx = vec![0usize; rank - 1];
         let mut pos = self.offset;
-        for _ in 0..n {
-            out.push(pos);
-            for d in (0..rank).rev() {
+        for _ in 0..n / inner {
+            if is == 1 {
+                out.extend_from_slice(&all[pos..pos + inner]);
+            } else {
+                out.extend((0..inner).map(|j| all[pos + j * is]));
+            }
+            for d in (0..rank - 1).rev() {
                 idx[d] += 1;
                 pos += self.strides[d];
                 if idx[d] < self.shape[d] {
@@ -373,7 +384,7 @@ impl Tensor {
             return Ok(self.as_slice::<T>()?.to_vec());
         }
         let all = self.cpu_elems::<T>()?;
-        Ok(self.indices().into_iter().map(|i| all[i]).collect())
+        Ok(self.gather(all))
     }
 
     /// Copy out the elements (row-major) converted to f32, whatever the dtype. Device tensors
@@ -388,7 +399,7 @@ impl Tensor {
                 return Ok(s.iter().map(|v| v.to_f32()).collect());
             }
             let all = t.cpu_elems::<T>()?;
-            Ok(t.indices().into_iter().map(|i| all[i].to_f32()).collect())
+            Ok(t.gather(all).into_iter().map(|v| v.to_f32()).collect())
         }
         match self.dtype {
             DType::F32 => self.to_vec::<f32>(),

@@ -60,6 +60,7 @@ fn encoder_resident(precision: Precision) {
     let lin = match precision {
         Precision::F32 => "linear",
         Precision::Bf16 => "torch_bf16_linear",
+        Precision::Bf16Dot => unreachable!("bf16-dot runs on the CPU only"),
     };
     assert_eq!(c.ops.get(lin), Some(&(7 * layers)), "{:?}", c.ops);
     assert!(!out.device().is_cpu());
@@ -71,6 +72,26 @@ fn encoder_resident(precision: Precision) {
         differ, 0,
         "{precision:?}: {differ} elements differ from the CPU path"
     );
+}
+
+/// bf16-dot products run on the CPU only: an encoder moved to a device backend says so.
+#[test]
+fn t5gemma_bf16_dot_refuses_a_device() {
+    let Some(dir) = fixture("sa3-tiny/t5gemma-b-b-ul2") else {
+        return;
+    };
+    let t = fixture_tensors("sa3-tiny/text.safetensors")
+        .unwrap()
+        .unwrap();
+    let mut enc = T5GemmaEncoder::load(dir).unwrap();
+    enc.set_precision(Precision::Bf16Dot);
+    let be = CountingBackend::new();
+    let dev = be.device();
+    enc.to_device(&dev).unwrap();
+    let ids = dev.put(&t.get_any("input_ids").unwrap()).unwrap();
+    let mask = dev.put(&t.get_any("attention_mask").unwrap()).unwrap();
+    let e = enc.forward(&ids, &mask).unwrap_err().to_string();
+    assert!(e.contains("runs on the CPU"), "{e}");
 }
 
 #[test]

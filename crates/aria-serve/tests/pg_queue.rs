@@ -291,9 +291,6 @@ fn queue_worker_child() {
 }
 
 #[test]
-#[ignore = "intermittent: a job that ran once sometimes reads attempts = 2 in the store (open \
-            bug under investigation); the same kill-and-retry path runs through real `aria serve` \
-            workers in examples/tests/serve_workers.rs"]
 fn workers_share_the_queue_and_retry_a_killed_workers_jobs() {
     let Some(url) = pg_url() else { return };
     let s = fresh(&url, "workers");
@@ -324,17 +321,12 @@ fn workers_share_the_queue_and_retry_a_killed_workers_jobs() {
     let names = ["w0", "w1", "w2"];
     let mut children: Vec<_> = names.iter().map(|&n| spawn(n)).collect();
 
-    // Kill w0 in the middle of a job, once it has finished one.
+    // Kill w0 in the middle of a job, once it has finished one. The finished jobs are read
+    // before the running ones: a job w0 finished between the two reads is then not taken for
+    // the one it is running (it would still be listed as running by an earlier read).
     let deadline = Instant::now() + Duration::from_secs(30);
-    let victim = loop {
+    let observed = loop {
         assert!(Instant::now() < deadline, "w0 never got to a second job");
-        let running = s
-            .list(&ListFilter {
-                state: Some(JobState::Running),
-                limit: 100,
-                before_seq: None,
-            })
-            .unwrap();
         let finished_one = s
             .list(&ListFilter {
                 state: Some(JobState::Done),
@@ -344,9 +336,17 @@ fn workers_share_the_queue_and_retry_a_killed_workers_jobs() {
             .unwrap()
             .iter()
             .any(|j| j.worker.as_deref() == Some("w0"));
+        let running = s
+            .list(&ListFilter {
+                state: Some(JobState::Running),
+                limit: 100,
+                before_seq: None,
+            })
+            .unwrap();
+        // Early in the job (steps 1-3 of 5), so that it is still running when the kill lands.
         if let Some(j) = running
             .iter()
-            .find(|j| j.worker.as_deref() == Some("w0") && j.step >= 1)
+            .find(|j| j.worker.as_deref() == Some("w0") && (1..=3).contains(&j.step))
         {
             if finished_one {
                 break j.id.clone();
@@ -356,6 +356,26 @@ fn workers_share_the_queue_and_retry_a_killed_workers_jobs() {
     };
     children[0].kill().unwrap();
     let killed_at = t0.elapsed();
+    let w0_status = children[0].wait().unwrap();
+    assert!(!w0_status.success(), "w0 exited on its own: {w0_status}");
+    // Dead now: what the store says w0 holds is what the kill interrupted.
+    let held: Vec<String> = s
+        .list(&ListFilter {
+            state: Some(JobState::Running),
+            limit: 100,
+            before_seq: None,
+        })
+        .unwrap()
+        .into_iter()
+        .filter(|j| j.worker.as_deref() == Some("w0"))
+        .map(|j| j.id)
+        .collect();
+    assert_eq!(
+        held,
+        std::slice::from_ref(&observed),
+        "w0 was killed while running {observed}"
+    );
+    let victim = observed;
 
     let mut runs: BTreeMap<String, Vec<(String, u32)>> = BTreeMap::new();
     let mut fins: BTreeMap<String, Vec<String>> = BTreeMap::new();

@@ -85,11 +85,17 @@ pub fn model_info(files: &ModelFiles) -> Result<ModelInfo> {
         Some(p) => p == aria_dit::t5gemma::Precision::Bf16,
         None => embed_bf16,
     };
-    let text_arith = if bf16 {
-        "f32 on the bf16 weights (the reference computes in bf16; --text-precision bf16 \
-         replays it)"
+    let default = crate::pipeline::default_text_precision(crate::pipeline::DeviceKind::Cpu);
+    let arith = if default == aria_dit::t5gemma::Precision::Bf16Dot {
+        "bf16 products with f32 accumulation (this CPU has AVX-512 BF16; --text-precision f32 \
+         computes in f32)"
     } else {
         "f32"
+    };
+    let text_arith = if bf16 {
+        format!("{arith}, on the bf16 weights (the reference computes in bf16; --text-precision bf16 replays it)")
+    } else {
+        arith.to_string()
     };
     let cfg = aria_core::config::read_json(&files.config)?;
     let d = cfg

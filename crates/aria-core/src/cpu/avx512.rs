@@ -43,8 +43,28 @@ unsafe fn tile<const M: usize>(
                 c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);
             }
         }
+        store_tile(&c0, &c1, M, c, ldc, nc, acc);
+    }
+}
+
+/// Write (or, with `acc`, add) `rows` rows of a register tile to C, `nc` columns of each.
+///
+/// # Safety
+/// AVX-512F, and `c[r·ldc + j]` valid for `r < rows`, `j < nc`.
+#[inline(always)]
+unsafe fn store_tile(
+    c0: &[__m512],
+    c1: &[__m512],
+    rows: usize,
+    c: *mut f32,
+    ldc: usize,
+    nc: usize,
+    acc: bool,
+) {
+    // SAFETY: the caller guarantees the extents of `c` and AVX-512F.
+    unsafe {
         if nc == NR {
-            for r in 0..M {
+            for r in 0..rows {
                 let p = c.add(r * ldc);
                 let (mut v0, mut v1) = (c0[r], c1[r]);
                 if acc {
@@ -56,7 +76,7 @@ unsafe fn tile<const M: usize>(
             }
         } else {
             let mut t = [0f32; NR];
-            for r in 0..M {
+            for r in 0..rows {
                 _mm512_storeu_ps(t.as_mut_ptr(), c0[r]);
                 _mm512_storeu_ps(t.as_mut_ptr().add(16), c1[r]);
                 let p = c.add(r * ldc);
@@ -69,6 +89,74 @@ unsafe fn tile<const M: usize>(
                 }
             }
         }
+    }
+}
+
+/// One k step of the packed-A tile: two B vectors, twelve broadcasts, 24 FMAs.
+#[inline(always)]
+unsafe fn step_pa(ap: *const f32, bp: *const f32, c0: &mut [__m512; MR], c1: &mut [__m512; MR]) {
+    // SAFETY: the caller keeps `ap[..MR]` and `bp[..NR]` readable; AVX-512F enabled by it.
+    unsafe {
+        let b0 = _mm512_loadu_ps(bp);
+        let b1 = _mm512_loadu_ps(bp.add(16));
+        for r in 0..MR {
+            let av = _mm512_set1_ps(*ap.add(r));
+            c0[r] = _mm512_fmadd_ps(av, b0, c0[r]);
+            c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);
+        }
+    }
+}
+
+/// Micro-kernel on a packed A micro-panel of [`MR`] rows: `C[r][j] (+)= Σ_k ap[k·MR + r] ·
+/// bp[k·NR + j]` for `r < mr ≤ MR`, `j < nc ≤ NR`, `k < kc` (rows `mr..MR` of `ap` are read but
+/// not stored; a zero-padded panel keeps them finite). Each output is the same sequential FMA
+/// chain from zero as in [`gemm_tile`], then added to C (or written, with `acc` false):
+/// bit-identical to it.
+///
+/// # Safety
+/// The CPU must support AVX-512F, and `c[r·ldc + j]` for `r < mr`, `j < nc` must be valid and
+/// touched by no other thread during the call.
+///
+/// # Panics
+/// If a slice is shorter than the extents the call touches.
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm_tile_pa(
+    mr: usize,
+    kc: usize,
+    ap: &[f32],
+    bp: &[f32],
+    c: *mut f32,
+    ldc: usize,
+    nc: usize,
+    acc: bool,
+) {
+    assert!(
+        (1..=MR).contains(&mr) && nc <= NR && ap.len() >= kc * MR && bp.len() >= kc * NR,
+        "gemm_tile_pa extents"
+    );
+    let (mut a, mut b) = (ap.as_ptr(), bp.as_ptr());
+    // SAFETY: extents checked above (kc steps of MR A values and NR B values); the caller keeps
+    // `c[r·ldc + j]` for `r < mr`, `j < nc` valid and not touched by another thread; AVX-512F
+    // guaranteed by the caller.
+    unsafe {
+        let mut c0 = [_mm512_setzero_ps(); MR];
+        let mut c1 = [_mm512_setzero_ps(); MR];
+        let mut k = 0;
+        while k + 2 <= kc {
+            step_pa(a, b, &mut c0, &mut c1);
+            step_pa(a.add(MR), b.add(NR), &mut c0, &mut c1);
+            a = a.add(2 * MR);
+            b = b.add(2 * NR);
+            k += 2;
+        }
+        while k < kc {
+            step_pa(a, b, &mut c0, &mut c1);
+            a = a.add(MR);
+            b = b.add(NR);
+            k += 1;
+        }
+        store_tile(&c0, &c1, mr, c, ldc, nc, acc);
     }
 }
 

@@ -5,9 +5,10 @@
 //! B comes from a [`BSrc`]: rows of a `[N, K]` weight in f32/f16/bf16 (possibly memory-mapped and
 //! unaligned; converted to f32 while packing), a row-major `[K, N]` f32 matrix, or the implicit
 //! im2col matrix of a 1-D convolution. B is packed into zero-padded panels of NR columns, KC rows
-//! at a time. On the AVX2 path A is packed once per product into micro-panels of MR rows (the MR
-//! values of each k next to each other) and the tasks write C in place; the other paths read A
-//! in place and gather C from per-task blocks. Both give the same bits.
+//! at a time. On the x86-64 paths (AVX2, AVX-512F) A is packed once per product into
+//! micro-panels of MR rows (the MR values of each k next to each other) and the tasks write C in
+//! place; the other paths read A in place and gather C from per-task blocks. Both give the same
+//! bits.
 //!
 //! Work is split into blocks of output rows and columns, and each output's K-sum runs on one
 //! thread in a fixed order (KC blocks in sequence, each an FMA chain from zero added to the
@@ -309,11 +310,12 @@ pub(crate) fn gemm_with(
     bias: Option<&[f32]>,
     c: &mut [f32],
 ) {
-    let packs_a = cfg!(target_arch = "x86_64") && isa == Isa::Avx2;
+    let packs_a = cfg!(target_arch = "x86_64") && matches!(isa, Isa::Avx2 | Isa::Avx512);
     gemm_impl(isa, m, n, k, a, lda, b, panels, bias, c, packs_a);
 }
 
-/// [`gemm_with`], with A packed into micro-panels (`packs_a`, AVX2 only) or read in place.
+/// [`gemm_with`], with A packed into micro-panels (`packs_a`, the x86-64 paths) or read in
+/// place.
 #[allow(clippy::too_many_arguments)]
 fn gemm_impl(
     isa: Isa,
@@ -362,12 +364,13 @@ fn gemm_impl(
         (panels.is_none() && mt >= PREPACK_MIN_BLOCKS && nt * per_block <= PREPACK_MAX)
             .then(|| PackedB::new(isa, b, n, k));
     let pre = panels.or(own.as_ref()).map(|p| &p.data[..]);
-    // AVX2: A packed once into micro-panels shared by every task, each task writing its block
+    // x86-64: A packed once into micro-panels shared by every task, each task writing its block
     // of C in place (see [`block_pa`]).
     #[cfg(target_arch = "x86_64")]
-    if packs_a && isa == Isa::Avx2 {
-        let mut ap = vec![0f32; m.div_ceil(MR) * k * MR];
-        pack_a(a, lda, m, k, &mut ap);
+    if packs_a && matches!(isa, Isa::Avx2 | Isa::Avx512) {
+        let tr = tile_rows(isa);
+        let mut ap = vec![0f32; m.div_ceil(tr) * k * tr];
+        pack_a(a, lda, m, k, &mut ap, tr);
         let cp = CPtr(c.as_mut_ptr());
         (0..mt * nt).into_par_iter().for_each(|t| {
             let (mi, ni) = (t / nt, t % nt);
@@ -378,9 +381,10 @@ fn gemm_impl(
             // SAFETY: C holds m × n elements and (m0, n0) is inside it; this task alone
             // touches rows m0..m0 + mb, columns n0..n0 + nb.
             let ct = unsafe { cp.0.add(m0 * n + n0) };
+            let at = &ap[m0 / tr * k * tr..];
             // SAFETY: the block of C at `ct` (mb rows of nb elements, stride n) belongs to this
-            // task, as above; the path is AVX2, detected at run time.
-            unsafe { block_pa(mb, nb, k, &ap[m0 / MR * k * MR..], b, n0, packed, ct, n) };
+            // task, as above; the path (AVX2 or AVX-512F) was detected at run time.
+            unsafe { block_pa(isa, mb, nb, k, at, b, n0, packed, ct, n) };
             if let Some(bv) = bias {
                 for r in 0..mb {
                     // SAFETY: row r of this task's block, as above.
@@ -521,10 +525,21 @@ unsafe impl Send for CPtr {}
 #[cfg(target_arch = "x86_64")]
 unsafe impl Sync for CPtr {}
 
-/// Pack the rows of `A[m, k]` into micro-panels of [`MR`] rows: tile `t` at `out[t · k · MR..]`,
-/// its element `(r, kk)` at `kk · MR + r`; rows past `m` zero. In parallel over tiles.
+/// Pack the rows of `A[m, k]` into micro-panels of `tr` rows (6 or 12, the tile rows of the
+/// path): tile `t` at `out[t · k · tr..]`, its element `(r, kk)` at `kk · tr + r`; rows past `m`
+/// zero. In parallel over tiles.
 #[cfg(target_arch = "x86_64")]
-fn pack_a(a: &[f32], lda: usize, m: usize, k: usize, out: &mut [f32]) {
+fn pack_a(a: &[f32], lda: usize, m: usize, k: usize, out: &mut [f32], tr: usize) {
+    if tr == super::avx512::MR {
+        pack_a_t::<{ super::avx512::MR }>(a, lda, m, k, out);
+    } else {
+        pack_a_t::<MR>(a, lda, m, k, out);
+    }
+}
+
+/// [`pack_a`] for `MR` tile rows.
+#[cfg(target_arch = "x86_64")]
+fn pack_a_t<const MR: usize>(a: &[f32], lda: usize, m: usize, k: usize, out: &mut [f32]) {
     out.par_chunks_mut(k * MR).enumerate().for_each(|(t, o)| {
         let rows = MR.min(m - t * MR);
         let src: [&[f32]; MR] = std::array::from_fn(|r| {
@@ -550,17 +565,20 @@ fn pack_a(a: &[f32], lda: usize, m: usize, k: usize, out: &mut [f32]) {
     });
 }
 
-/// [`block`] on the AVX2 path, from A packed by [`pack_a`] (`ap`: this block's tiles, whole K)
-/// into C at `c` with row stride `ldc`. Per KC slab, each 16-column B micro-panel (16 KiB) stays
-/// in L1 while the A micro-panels of every tile stream past it from L2; each output's K-sum is
-/// the FMA chain of [`block`] (same slabs, same order), so the result is bit-identical to it.
+/// [`block`] on the AVX2 or AVX-512F path, from A packed by [`pack_a`] (`ap`: this block's
+/// tiles, whole K) into C at `c` with row stride `ldc`. Per KC slab, each B micro-panel (16
+/// columns, 16 KiB on AVX2; 32 columns, 32 KiB on AVX-512) stays in L1 while the A micro-panels
+/// of every tile stream past it from L2 (contiguous, so rows of A a power of two apart no longer
+/// compete for the same L1 sets); each output's K-sum is the FMA chain of [`block`] (same slabs,
+/// same order), so the result is bit-identical to it.
 ///
 /// # Safety
-/// AVX2 and FMA must be available, and `c[r·ldc + j]` for `r < mb`, `j < nb` valid and touched by
-/// no other thread during the call.
+/// `isa` must be a detected x86-64 path (AVX2 + FMA, or AVX-512F with them), and
+/// `c[r·ldc + j]` for `r < mb`, `j < nb` valid and touched by no other thread during the call.
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn block_pa(
+    isa: Isa,
     mb: usize,
     nb: usize,
     k: usize,
@@ -571,9 +589,9 @@ unsafe fn block_pa(
     c: *mut f32,
     ldc: usize,
 ) {
-    let nr = super::scalar::NR;
+    let (nr, tr) = (panel_width(isa), tile_rows(isa));
     let np = nb.div_ceil(nr);
-    let mt = mb.div_ceil(MR);
+    let mt = mb.div_ceil(tr);
     let mut slabs = SlabPanels::new(packed, nr, np);
     let mut k0 = 0;
     while k0 < k {
@@ -583,13 +601,17 @@ unsafe fn block_pa(
             let nc = nr.min(nb - p * nr);
             let panel = &panels[p * KC * nr..p * KC * nr + kc * nr];
             for t in 0..mt {
-                let mr = MR.min(mb - t * MR);
-                let at = &ap[(t * k + k0) * MR..(t * k + k0 + kc) * MR];
-                // SAFETY: the tile (mr rows from t·MR, nc columns from p·nr) lies inside the
-                // caller's block of C; AVX2 + FMA guaranteed by the caller.
+                let mr = tr.min(mb - t * tr);
+                let at = &ap[(t * k + k0) * tr..(t * k + k0 + kc) * tr];
+                // SAFETY: the tile (mr rows from t·tr, nc columns from p·nr) lies inside the
+                // caller's block of C; the path's features are guaranteed by the caller.
                 unsafe {
-                    let ct = c.add(t * MR * ldc + p * nr);
-                    super::avx2::gemm_tile_pa(mr, kc, at, panel, ct, ldc, nc, k0 > 0)
+                    let ct = c.add(t * tr * ldc + p * nr);
+                    if isa == Isa::Avx512 {
+                        super::avx512::gemm_tile_pa(mr, kc, at, panel, ct, ldc, nc, k0 > 0)
+                    } else {
+                        super::avx2::gemm_tile_pa(mr, kc, at, panel, ct, ldc, nc, k0 > 0)
+                    }
                 };
             }
         }
@@ -839,49 +861,69 @@ mod tests {
     /// several row blocks, partial tiles, panels and K slabs, on 1–3 threads.
     #[test]
     fn packed_a_bit_identical_to_in_place() {
-        if !Isa::available().contains(&Isa::Avx2) {
+        let isas: Vec<Isa> = Isa::available()
+            .into_iter()
+            .filter(|i| matches!(i, Isa::Avx2 | Isa::Avx512))
+            .collect();
+        if isas.is_empty() {
             eprintln!("skipped: no AVX2");
             return;
         }
-        let isa = Isa::Avx2;
-        for (m, n, k) in [
-            (1, 19, 5),
-            (7, 300, 300),
-            (238, 200, 520),
-            (250, 140, 257),
-            (500, 270, 1030),
-            (1000, 33, 70),
-        ] {
-            let a: Vec<f32> = (0..m * (k + 3))
-                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
-                .collect();
-            let w: Vec<f32> = (0..n * k)
-                .map(|i| ((i * 53 % 97) as f32 - 48.0) / 48.0)
-                .collect();
-            let bias: Vec<f32> = (0..n).map(|j| j as f32 * 0.37 - 3.0).collect();
-            let src = BSrc::Nk(WData::F32(&w), k);
-            let p = PackedB::new(isa, &src, n, k);
-            for threads in 1..=3 {
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .expect("thread pool");
-                for (panels, bias) in [(None, None), (Some(&p), Some(&bias[..]))] {
-                    let run = |packs_a| {
-                        let mut c = vec![f32::NAN; m * n];
-                        pool.install(|| {
-                            gemm_impl(isa, m, n, k, &a, k + 3, &src, panels, bias, &mut c, packs_a)
-                        });
-                        c
-                    };
-                    let (want, got) = (run(false), run(true));
-                    assert!(
-                        want.iter()
-                            .zip(&got)
-                            .all(|(x, y)| x.to_bits() == y.to_bits()),
-                        "{m}x{n}x{k}, {threads} threads, prepacked/bias {}",
-                        panels.is_some()
-                    );
+        if !isas.contains(&Isa::Avx512) {
+            eprintln!("SKIPPED (AVX-512 part): this CPU has no AVX-512F");
+        }
+        for isa in isas {
+            for (m, n, k) in [
+                (1, 19, 5),
+                (7, 300, 300),
+                (238, 200, 520),
+                (250, 140, 257),
+                (500, 270, 1030),
+                (1000, 33, 70),
+            ] {
+                let a: Vec<f32> = (0..m * (k + 3))
+                    .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+                    .collect();
+                let w: Vec<f32> = (0..n * k)
+                    .map(|i| ((i * 53 % 97) as f32 - 48.0) / 48.0)
+                    .collect();
+                let bias: Vec<f32> = (0..n).map(|j| j as f32 * 0.37 - 3.0).collect();
+                let src = BSrc::Nk(WData::F32(&w), k);
+                let p = PackedB::new(isa, &src, n, k);
+                for threads in 1..=3 {
+                    let pool = rayon::ThreadPoolBuilder::new()
+                        .num_threads(threads)
+                        .build()
+                        .expect("thread pool");
+                    for (panels, bias) in [(None, None), (Some(&p), Some(&bias[..]))] {
+                        let run = |packs_a| {
+                            let mut c = vec![f32::NAN; m * n];
+                            pool.install(|| {
+                                gemm_impl(
+                                    isa,
+                                    m,
+                                    n,
+                                    k,
+                                    &a,
+                                    k + 3,
+                                    &src,
+                                    panels,
+                                    bias,
+                                    &mut c,
+                                    packs_a,
+                                )
+                            });
+                            c
+                        };
+                        let (want, got) = (run(false), run(true));
+                        assert!(
+                            want.iter()
+                                .zip(&got)
+                                .all(|(x, y)| x.to_bits() == y.to_bits()),
+                            "{isa:?} {m}x{n}x{k}, {threads} threads, prepacked/bias {}",
+                            panels.is_some()
+                        );
+                    }
                 }
             }
         }

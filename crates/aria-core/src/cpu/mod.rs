@@ -20,6 +20,7 @@
 //! | op | kernels | paths vs scalar |
 //! |---|---|---|
 //! | `linear`, `matmul`, `conv1d`, `attention` (incl. differential, banded, chunked) | `gemm_tile`, `dot` | within 2e-6 (FMA, blocked sums) |
+//! | [`nn::Bf16DotWeight`](crate::nn::Bf16DotWeight) products (bf16 inputs, f32 accumulation) | [`bf16dot`]: `vdpbf16ps` (AVX-512 BF16) or its scalar emulation | bit-identical |
 //! | `softmax_last`, attention probabilities | `max`, `exp_sub_sum`, `scale` | within 1e-6 |
 //! | attention logit soft-capping | `softcap` | vector `tanh`, 3 ulp |
 //! | `rms_norm`, `rms_norm_modulate`, `split_heads` QK-norm | `sumsq` + `norm_gain`, `norm_gain1p`, `norm_gain_modulate` | per element bit-identical; the sum of squares is blocked per path |
@@ -49,6 +50,7 @@ use std::sync::OnceLock;
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
+pub mod bf16dot;
 pub(crate) mod gemm;
 pub(crate) mod kernels;
 #[cfg(target_arch = "aarch64")]

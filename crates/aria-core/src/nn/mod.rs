@@ -31,10 +31,12 @@
 //! # Ok(()) }
 //! ```
 
+mod bf16dot;
 mod conv;
 mod linear;
 mod weight;
 
+pub use bf16dot::Bf16DotWeight;
 pub use conv::Conv1d;
 pub use linear::{Bias, Linear};
 pub use weight::{Adapter, LowRank, PackedSource, PackedWeight, Weight};

@@ -12,10 +12,17 @@ use crate::{DitError, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Precision {
     /// f32 arithmetic throughout on the stored weights (bf16 weights are widened to f32 inside
-    /// the matrix products, f32 accumulation): the default, the fastest path and the closest
-    /// to exact arithmetic.
+    /// the matrix products, f32 accumulation): the encoder's default and the closest to exact
+    /// arithmetic.
     #[default]
     F32,
+    /// f32 arithmetic except inside the matrix products, whose inputs are rounded to bf16 and
+    /// multiplied in pairs with f32 accumulation
+    /// ([`aria_core::nn::Bf16DotWeight`]: `vdpbf16ps` on CPUs with AVX-512 BF16, twice the f32
+    /// rate there; a bit-identical scalar emulation elsewhere). The fastest path where the CPU
+    /// has the instruction (the pipeline's default there), and still closer to exact arithmetic
+    /// than the reference's bf16 path. CPU only.
+    Bf16Dot,
     /// A replay of PyTorch's bf16 CPU arithmetic on AVX2-class CPUs (no AVX-512 BF16), bit for
     /// bit: every result rounded to bf16 where its kernels round, in their summation orders
     /// (see [`aria_core::ops::torch_bf16`]). It reproduces the reference's conditioning

@@ -20,9 +20,12 @@
 //! the `dtype` (or `torch_dtype`) of `config.json`, else the weights' dtype — bf16 for the
 //! released folder — and computes in it. This encoder computes in f32 by default
 //! ([`Precision::F32`]): bf16 weights are widened to f32 inside the matrix products with f32
-//! accumulation, which is both the fastest path on the CPU and the closest to exact
-//! arithmetic (it differs from an fp64 evaluation by ~4e-5 relative where the reference's bf16
-//! path differs by ~8e-3). [`Precision::Bf16`] replays the reference's bf16 arithmetic as
+//! accumulation, the closest to exact arithmetic (it differs from an fp64 evaluation by ~4e-5
+//! relative where the reference's bf16 path differs by ~8e-3). [`Precision::Bf16Dot`] keeps f32
+//! everywhere but rounds the inputs of the matrix products to bf16 and multiplies them in pairs
+//! with f32 accumulation (`vdpbf16ps` where the CPU has AVX-512 BF16, at twice the f32 rate;
+//! the matrices are packed once into bf16 panels, [`T5GemmaEncoder::prepare`]); it is what the
+//! pipeline runs by default on such CPUs. [`Precision::Bf16`] replays the reference's bf16 arithmetic as
 //! PyTorch computes it on AVX2-class CPUs (f32 kernels, every result rounded to bf16 where
 //! PyTorch's CPU kernels round, in their summation orders: the ops of
 //! [`aria_core::ops::torch_bf16`]), so that a whole `generate()` can be replayed exactly; it is
@@ -43,8 +46,9 @@
 //! such rows are replaced by the conditioner's padding embedding anyway.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
-use aria_core::nn::{Bias, Linear};
+use aria_core::nn::{Bf16DotWeight, Bias, Linear, PackedWeight};
 use aria_core::ops::{self, torch_bf16, AttnOpts, KeyMaskMode, RmsStyle};
 use aria_core::{DType, Device, Tensor, WeightLoader};
 
@@ -169,6 +173,80 @@ impl RopeTables {
     }
 }
 
+/// One layer's matrices packed for [`Precision::Bf16Dot`]: the query, key and value
+/// projections as one product, the output projection, the MLP's up and gate projections as one
+/// product (`[up; gate]`, the order [`ops::glu`] splits), the down projection. `None` where a
+/// matrix is packed in another format already, or has a bias (the layer's own path runs).
+#[derive(Debug)]
+struct LayerDot {
+    qkv: Option<Bf16DotWeight>,
+    o: Option<Bf16DotWeight>,
+    up_gate: Option<Bf16DotWeight>,
+    down: Option<Bf16DotWeight>,
+}
+
+impl LayerDot {
+    fn pack(layer: &Layer) -> Result<LayerDot> {
+        fn dense(l: &Linear) -> Option<&Tensor> {
+            l.effective_weight().filter(|_| l.bias().is_none())
+        }
+        let stack = |ls: &[&Linear]| -> Result<Option<Bf16DotWeight>> {
+            let ws: Option<Vec<&Tensor>> = ls.iter().map(|l| dense(l)).collect();
+            let Some(ws) = ws else {
+                return Ok(None);
+            };
+            let w = Bf16DotWeight::pack_stacked(&ws)?;
+            for l in ls {
+                l.weight().release_pages()?;
+            }
+            Ok(Some(w))
+        };
+        let (a, m) = (&layer.self_attn, &layer.mlp);
+        Ok(LayerDot {
+            qkv: stack(&[&a.q_proj, &a.k_proj, &a.v_proj])?,
+            o: stack(&[&a.o_proj])?,
+            up_gate: stack(&[&m.up_proj, &m.gate_proj])?,
+            down: stack(&[&m.down_proj])?,
+        })
+    }
+
+    fn nbytes(&self) -> usize {
+        [&self.qkv, &self.o, &self.up_gate, &self.down]
+            .into_iter()
+            .flatten()
+            .map(|w| w.nbytes())
+            .sum()
+    }
+}
+
+/// The layers' [`LayerDot`]s, made on first use and dropped with the pages.
+#[derive(Debug, Default)]
+struct DotCache(Mutex<Option<Arc<[LayerDot]>>>);
+
+impl Clone for DotCache {
+    fn clone(&self) -> Self {
+        DotCache(Mutex::new(self.get()))
+    }
+}
+
+impl DotCache {
+    fn get(&self) -> Option<Arc<[LayerDot]>> {
+        self.0.lock().ok().and_then(|g| g.clone())
+    }
+
+    /// Drop the packed weights; returns their bytes.
+    fn clear(&self) -> usize {
+        let old = self.0.lock().ok().and_then(|mut g| g.take());
+        old.map_or(0, |v| v.iter().map(LayerDot::nbytes).sum())
+    }
+
+    fn set(&self, v: Arc<[LayerDot]>) {
+        if let Ok(mut g) = self.0.lock() {
+            *g = Some(v);
+        }
+    }
+}
+
 /// The T5Gemma encoder.
 #[derive(Debug, Clone)]
 pub struct T5GemmaEncoder {
@@ -184,6 +262,7 @@ pub struct T5GemmaEncoder {
     precision: Precision,
     reference_precision: Precision,
     device: Device,
+    dot: DotCache,
 }
 
 /// Find the encoder's name prefix by the suffix `embed_tokens.weight` (decoder tensors skipped).
@@ -309,6 +388,7 @@ impl T5GemmaEncoder {
             inv_freq,
             rope,
             device: Device::Cpu,
+            dot: DotCache::default(),
         })
     }
 
@@ -346,8 +426,12 @@ impl T5GemmaEncoder {
     /// prompts of a request are encoded: the encoder stays usable, and its next
     /// [`Self::encode`] reads the weights from the file again (from the page cache when it
     /// still holds them). Returns the bytes released.
+    ///
+    /// The matrices packed for [`Precision::Bf16Dot`] are dropped too (the next encode packs
+    /// them again from the file).
     pub fn release_pages(&self) -> Result<usize> {
-        let mut n = self.embed_tokens.release_pages()? + self.norm.release_pages()?;
+        let mut n = self.dot.clear();
+        n += self.embed_tokens.release_pages()? + self.norm.release_pages()?;
         for l in &self.layers {
             for lin in l.linears() {
                 n += lin.release_pages()?;
@@ -373,6 +457,7 @@ impl T5GemmaEncoder {
     /// to `device`; [`Self::forward`] then expects its inputs there ([`Self::encode`] uploads
     /// them).
     pub fn to_device(&mut self, device: &Device) -> Result<()> {
+        self.dot.clear();
         self.embed_tokens = device.put(&self.embed_tokens)?;
         for l in &mut self.layers {
             for lin in l.linears_mut() {
@@ -410,9 +495,49 @@ impl T5GemmaEncoder {
     }
 
     /// Choose the compute precision ([`Precision::Bf16`]: the replay of the reference's bf16
-    /// arithmetic).
+    /// arithmetic; [`Precision::Bf16Dot`]: bf16 products with f32 accumulation, packed on the
+    /// next [`Self::encode`] or by [`Self::prepare`]).
     pub fn set_precision(&mut self, p: Precision) {
+        if p != Precision::Bf16Dot {
+            self.dot.clear();
+        }
         self.precision = p;
+    }
+
+    /// Make what the current precision needs before the first encode: for
+    /// [`Precision::Bf16Dot`], every layer matrix packed into bf16 panels (as large as bf16
+    /// weights), after which the pages of the mapped dense weights are released. Returns the
+    /// bytes packed (0 when nothing was to be done). An error for a [`Precision::Bf16Dot`]
+    /// encoder on a device backend.
+    pub fn prepare(&self) -> Result<usize> {
+        if self.precision != Precision::Bf16Dot {
+            return Ok(0);
+        }
+        Ok(self.dot_weights()?.iter().map(LayerDot::nbytes).sum())
+    }
+
+    /// The packed matrices of [`Precision::Bf16Dot`] (packed now when absent).
+    fn dot_weights(&self) -> Result<Arc<[LayerDot]>> {
+        if let Some(v) = self.dot.get() {
+            return Ok(v);
+        }
+        if let Device::Backend(b) = &self.device {
+            return Err(DitError::Input {
+                what: "T5Gemma".into(),
+                reason: format!(
+                    "bf16-dot precision runs on the CPU; the encoder is on {}: use f32 there",
+                    b.name()
+                ),
+            });
+        }
+        let v = self
+            .layers
+            .iter()
+            .map(LayerDot::pack)
+            .collect::<Result<Vec<_>>>()?;
+        let v: Arc<[LayerDot]> = v.into();
+        self.dot.set(v.clone());
+        Ok(v)
     }
 
     /// The logit soft-cap applied by the current implementation.
@@ -454,6 +579,10 @@ impl T5GemmaEncoder {
             c.head_dim,
         );
         let softcap = self.softcap();
+        let dot = match self.precision {
+            Precision::Bf16Dot => Some(self.dot_weights()?),
+            _ => None,
+        };
         let ar = Arith {
             bf16: self.precision == Precision::Bf16,
             eps: c.rms_norm_eps,
@@ -500,13 +629,30 @@ impl T5GemmaEncoder {
         let heads = |t: Tensor, n: usize| -> Result<Tensor> {
             Ok(t.reshape(&[b, l, n, hd])?.transpose(1, 2)?)
         };
-        for layer in &self.layers {
+        for (li, layer) in self.layers.iter().enumerate() {
+            let ld = dot.as_deref().map(|d| &d[li]);
             // Self-attention block.
             let at = &layer.self_attn;
             let u = ar.norm(&x, &layer.pre_self_attn_layernorm)?;
-            let q = ar.rope(&heads(ar.linear(&at.q_proj, &u)?, nh)?, cos, sin)?;
-            let k = ar.rope(&heads(ar.linear(&at.k_proj, &u)?, nkv)?, cos, sin)?;
-            let v = heads(ar.linear(&at.v_proj, &u)?, nkv)?;
+            let (q, k, v) = match ld.and_then(|d| d.qkv.as_ref()) {
+                Some(w) => {
+                    let y = w.linear(&u, None)?;
+                    let (nq, nk) = (nh * hd, nkv * hd);
+                    (
+                        y.narrow(2, 0, nq)?,
+                        y.narrow(2, nq, nk)?,
+                        y.narrow(2, nq + nk, nk)?,
+                    )
+                }
+                None => (
+                    ar.linear(&at.q_proj, &u)?,
+                    ar.linear(&at.k_proj, &u)?,
+                    ar.linear(&at.v_proj, &u)?,
+                ),
+            };
+            let q = ar.rope(&heads(q, nh)?, cos, sin)?;
+            let k = ar.rope(&heads(k, nkv)?, cos, sin)?;
+            let v = heads(v, nkv)?;
             let (k, v) = if nkv == nh {
                 (k, v)
             } else {
@@ -525,15 +671,26 @@ impl T5GemmaEncoder {
             };
             let a = ar.attention(&q, &k, &v, &opts)?;
             let a = a.transpose(1, 2)?.contiguous()?.reshape(&[b, l, nh * hd])?;
-            let o = ar.linear(&at.o_proj, &a)?;
+            let o = match ld.and_then(|d| d.o.as_ref()) {
+                Some(w) => w.linear(&a, None)?,
+                None => ar.linear(&at.o_proj, &a)?,
+            };
             let o = ar.norm(&o, &layer.post_self_attn_layernorm)?;
             x = ar.add(&x, &o)?;
             // Feed-forward block.
             let m = &layer.mlp;
             let u = ar.norm(&x, &layer.pre_feedforward_layernorm)?;
-            let g = ar.gelu_tanh(&ar.linear(&m.gate_proj, &u)?)?;
-            let up = ar.linear(&m.up_proj, &u)?;
-            let f = ar.linear(&m.down_proj, &ar.mul(&g, &up)?)?;
+            let h = match ld.and_then(|d| d.up_gate.as_ref()) {
+                Some(w) => ops::glu(&w.linear(&u, None)?, ops::GluAct::GeluTanh)?,
+                None => {
+                    let g = ar.gelu_tanh(&ar.linear(&m.gate_proj, &u)?)?;
+                    ar.mul(&g, &ar.linear(&m.up_proj, &u)?)?
+                }
+            };
+            let f = match ld.and_then(|d| d.down.as_ref()) {
+                Some(w) => w.linear(&h, None)?,
+                None => ar.linear(&m.down_proj, &h)?,
+            };
             let f = ar.norm(&f, &layer.post_feedforward_layernorm)?;
             x = ar.add(&x, &f)?;
         }

@@ -75,6 +75,17 @@ pub enum DeviceKind {
     Cuda,
 }
 
+/// The text encoder's arithmetic when [`LoadOptions::text_precision`] is `None`: on the CPU,
+/// [`Precision::Bf16Dot`] where the CPU has AVX-512 BF16 (`vdpbf16ps`, twice the f32 rate) and
+/// [`Precision::F32`] elsewhere (where bf16 products would only be emulated); on a GPU, f32.
+pub fn default_text_precision(device: DeviceKind) -> Precision {
+    if device == DeviceKind::Cpu && aria_core::nn::Bf16DotWeight::native() {
+        Precision::Bf16Dot
+    } else {
+        Precision::F32
+    }
+}
+
 impl DeviceKind {
     /// The name used on the command line (`cpu`, `wgpu`, `cuda`).
     pub fn name(self) -> &'static str {
@@ -122,9 +133,10 @@ pub struct LoadOptions {
     pub same_noise: Option<SameNoise>,
     /// Decode in the official 128-latent chunks (`None`: as `model.pretransform.chunked` says).
     pub chunked_decode: Option<bool>,
-    /// Arithmetic of the text encoder (`None`: f32, the fastest and closest to exact;
-    /// `Some(Bf16)` replays the reference's bf16 arithmetic, which reproduces the official
-    /// conditioning of the released bf16 T5Gemma bit for bit on AVX2-class CPUs).
+    /// Arithmetic of the text encoder (`None`: [`default_text_precision`], the fastest: bf16
+    /// products with f32 accumulation on CPUs with AVX-512 BF16, f32 elsewhere; `Some(F32)` the
+    /// closest to exact; `Some(Bf16)` replays the reference's bf16 arithmetic, which reproduces
+    /// the official conditioning of the released bf16 T5Gemma bit for bit on AVX2-class CPUs).
     pub text_precision: Option<Precision>,
     /// Where the models run (see [`DeviceKind::check`]).
     pub device: DeviceKind,
@@ -243,12 +255,16 @@ impl Pipeline {
         }
         quant.decoder_kinds = crate::quant::decoder_kinds(&mut ae);
         let mut text = TextConditioner::load(&config, &weights)?;
-        if let Some(p) = opts.text_precision {
-            text.prompt_mut().encoder_mut().set_precision(p);
-        }
+        let text_precision = opts
+            .text_precision
+            .unwrap_or_else(|| default_text_precision(opts.device));
+        text.prompt_mut()
+            .encoder_mut()
+            .set_precision(text_precision);
         if opts.quantize_text {
             crate::quant::pack_text(&mut text, opts.w8a8)?;
         }
+        text.prompt().encoder().prepare()?;
         let geometry = Geometry {
             sample_rate: config.sample_rate,
             downsampling_ratio: ae_cfg.downsampling_ratio,

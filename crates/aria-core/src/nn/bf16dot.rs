@@ -1,0 +1,268 @@
+//! [`Bf16DotWeight`]: a weight packed for products with bf16 inputs and f32 accumulation.
+
+use half::bf16;
+
+use crate::cpu::bf16dot::{self, to_bf16, Bf16Panels};
+use crate::cpu::gemm::WData;
+use crate::ops::f32_data;
+use crate::{cpu, threads, CoreError, DType, Device, Result, Tensor};
+
+use super::PackedWeight;
+
+/// A weight matrix `[out, in]` in bf16 panels for the CPU product of
+/// [`aria_core::cpu::bf16dot`](crate::cpu::bf16dot): activations rounded to bf16, products of
+/// bf16 pairs accumulated in f32 (`vdpbf16ps` on CPUs with AVX-512 BF16, twice the f32 FMA
+/// rate; the same bits from a scalar emulation elsewhere). bf16 weights are packed as they are;
+/// f32 and f16 weights are rounded to bf16 (to nearest even).
+///
+/// It holds a packed copy as large as a bf16 weight, so a layer that switches to it can release
+/// the pages of its mapped dense weight.
+#[derive(Debug, Clone)]
+pub struct Bf16DotWeight {
+    panels: Bf16Panels,
+}
+
+impl Bf16DotWeight {
+    /// Pack a dense weight `[out, in]` (f32, f16 or bf16, on the CPU).
+    pub fn pack(w: &Tensor) -> Result<Bf16DotWeight> {
+        Self::pack_stacked(&[w])
+    }
+
+    /// Pack several dense weights `[out_i, in]` with the same `in` as one `[Σ out_i, in]`
+    /// (their rows one after the other), so that one product computes all of them (e.g. the
+    /// query, key and value projections of a layer).
+    pub fn pack_stacked(parts: &[&Tensor]) -> Result<Bf16DotWeight> {
+        let shapes: Vec<&[usize]> = parts.iter().map(|w| w.shape()).collect();
+        let k = shapes.first().and_then(|s| s.get(1)).copied().unwrap_or(0);
+        if parts.is_empty() || shapes.iter().any(|s| s.len() != 2 || s[1] != k) {
+            return Err(CoreError::shape(
+                "bf16-dot pack",
+                "weights must be [out, in] with the same `in`",
+                &shapes,
+            ));
+        }
+        let mut data = Vec::with_capacity(parts.len());
+        for w in parts {
+            if let Device::Backend(b) = w.device() {
+                return Err(CoreError::Unsupported {
+                    op: "bf16-dot pack",
+                    backend: b.name().to_string(),
+                });
+            }
+            data.push(w.contiguous()?);
+        }
+        let views = data
+            .iter()
+            .map(|t| WData::of("bf16-dot pack", t))
+            .collect::<Result<Vec<_>>>()?;
+        // Row `i` of the stack: part and row within it.
+        let starts: Vec<usize> = shapes
+            .iter()
+            .scan(0, |acc, s| {
+                let st = *acc;
+                *acc += s[0];
+                Some(st)
+            })
+            .collect();
+        let n: usize = shapes.iter().map(|s| s[0]).sum();
+        let locate = |i: usize| {
+            let p = starts.partition_point(|&s| s <= i) - 1;
+            (views[p], i - starts[p])
+        };
+        let panels = threads::install(|| {
+            Bf16Panels::from_rows(n, k, |row, out| {
+                let (wd, i) = locate(row);
+                match wd {
+                    WData::Bf16(s) => {
+                        for (d, v) in out.iter_mut().zip(&s[i * k..(i + 1) * k]) {
+                            *d = v.to_bits();
+                        }
+                    }
+                    WData::Raw(DType::BF16, b) => {
+                        for (d, c) in out.iter_mut().zip(b[i * k * 2..(i + 1) * k * 2].chunks(2)) {
+                            *d = bf16::from_le_bytes([c[0], c[1]]).to_bits();
+                        }
+                    }
+                    _ => {
+                        let mut row = vec![0f32; k];
+                        wd.read(i * k, &mut row);
+                        for (d, v) in out.iter_mut().zip(&row) {
+                            *d = to_bf16(*v);
+                        }
+                    }
+                }
+            })
+        });
+        Ok(Bf16DotWeight { panels })
+    }
+
+    /// Whether this CPU runs the product with `vdpbf16ps` (AVX-512 BF16); elsewhere it runs the
+    /// scalar emulation (same results, many times slower: a choice for tests, not for speed).
+    pub fn native() -> bool {
+        bf16dot::native()
+    }
+}
+
+impl PackedWeight for Bf16DotWeight {
+    fn format(&self) -> &str {
+        "bf16-dot/v1"
+    }
+
+    fn shape(&self) -> [usize; 2] {
+        self.panels.shape()
+    }
+
+    fn nbytes(&self) -> usize {
+        self.panels.nbytes()
+    }
+
+    fn linear(&self, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        let [n, k] = self.panels.shape();
+        let xs = x.shape();
+        if xs.last() != Some(&k) {
+            return Err(CoreError::shape(
+                "bf16-dot linear",
+                format!("x must be [.., {k}] for a [{n}, {k}] weight"),
+                &[xs],
+            ));
+        }
+        if let Some(b) = bias {
+            if b.shape() != [n] {
+                return Err(CoreError::shape(
+                    "bf16-dot linear",
+                    format!("bias must be [{n}]"),
+                    &[xs, b.shape()],
+                ));
+            }
+        }
+        if let Device::Backend(b) = x.device() {
+            return Err(CoreError::Unsupported {
+                op: "bf16-dot linear",
+                backend: b.name().to_string(),
+            });
+        }
+        if !x.dtype().is_float() {
+            return Err(CoreError::DType {
+                op: "bf16-dot linear",
+                dtype: x.dtype(),
+                reason: "a float tensor is required".into(),
+            });
+        }
+        let m: usize = xs[..xs.len() - 1].iter().product();
+        let xd = f32_data(x)?;
+        let bd = bias.map(f32_data).transpose()?;
+        let native = cpu::current() == cpu::Isa::Avx512;
+        let mut out = vec![0f32; m * n];
+        threads::install(|| {
+            bf16dot::matmul(native, m, &xd, k, &self.panels, bd.as_deref(), &mut out)
+        });
+        let mut shape = xs.to_vec();
+        if let Some(l) = shape.last_mut() {
+            *l = n;
+        }
+        Tensor::from_vec(out, &shape)
+    }
+
+    fn dequantize(&self) -> Result<Tensor> {
+        let [n, k] = self.panels.shape();
+        let mut v = vec![0f32; n * k];
+        for (i, row) in v.chunks_exact_mut(k.max(1)).enumerate().take(n) {
+            self.panels.row(i, row);
+        }
+        Tensor::from_vec(v, &[n, k])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops;
+
+    fn t(n: usize, shape: &[usize], seed: usize) -> Tensor {
+        let v: Vec<f32> = (0..n)
+            .map(|i| (((i * 37 + seed * 11) % 101) as f32 - 50.0) / 50.0)
+            .collect();
+        Tensor::from_vec(v, shape).expect("tensor")
+    }
+
+    /// bf16, f16 and f32 weights pack to the same panels when their values are bf16; the
+    /// product is within bf16 rounding of the f32 product, and the bias is added.
+    #[test]
+    fn packs_every_float_dtype_and_computes() {
+        let (m, k, n) = (9, 70, 45);
+        let x = t(m * k, &[3, 3, k], 1);
+        let w32 = t(n * k, &[n, k], 2);
+        let b = t(n, &[n], 3);
+        let want = ops::linear(&x, &w32, Some(&b))
+            .expect("f32")
+            .to_vec_f32()
+            .expect("v");
+        let mut first: Option<Vec<f32>> = None;
+        for dt in [DType::F32, DType::F16, DType::BF16] {
+            let w = w32
+                .to_dtype(DType::BF16)
+                .expect("bf16")
+                .to_dtype(dt)
+                .expect("cast");
+            let p = Bf16DotWeight::pack(&w).expect("pack");
+            assert_eq!(p.shape(), [n, k]);
+            assert_eq!(p.format(), "bf16-dot/v1");
+            let y = p.linear(&x, Some(&b)).expect("linear");
+            assert_eq!(y.shape(), &[3, 3, n]);
+            let y = y.to_vec_f32().expect("v");
+            for (g, w) in y.iter().zip(&want) {
+                assert!((g - w).abs() < 0.05 * (1.0 + w.abs()), "{dt}: {g} vs {w}");
+            }
+            match &first {
+                None => first = Some(y),
+                Some(f) => assert!(f.iter().zip(&y).all(|(a, b)| a.to_bits() == b.to_bits())),
+            }
+            let d = p.dequantize().expect("dequantize").to_vec_f32().expect("v");
+            let r = w.to_vec_f32().expect("v");
+            assert_eq!(d, r, "{dt}: the panels hold the bf16 values");
+        }
+    }
+
+    /// A stack of weights computes each part's outputs bit for bit, side by side.
+    #[test]
+    fn stacked_parts_match_separate_products() {
+        let k = 50;
+        let x = t(7 * k, &[7, k], 5);
+        let parts = [
+            t(3 * k, &[3, k], 6),
+            t(40 * k, &[40, k], 7),
+            t(9 * k, &[9, k], 8),
+        ];
+        let refs: Vec<&Tensor> = parts.iter().collect();
+        let all = Bf16DotWeight::pack_stacked(&refs).expect("pack");
+        assert_eq!(all.shape(), [52, k]);
+        let y = all.linear(&x, None).expect("y").to_vec_f32().expect("v");
+        let mut col = 0;
+        for p in &parts {
+            let n = p.shape()[0];
+            let one = Bf16DotWeight::pack(p).expect("pack");
+            let yp = one.linear(&x, None).expect("y").to_vec_f32().expect("v");
+            for r in 0..7 {
+                for j in 0..n {
+                    assert_eq!(y[r * 52 + col + j].to_bits(), yp[r * n + j].to_bits());
+                }
+            }
+            col += n;
+        }
+        let e = Bf16DotWeight::pack_stacked(&[&parts[0], &t(8, &[2, 4], 1)]).expect_err("k");
+        assert!(e.to_string().contains("same `in`"), "{e}");
+    }
+
+    /// Wrong shapes are errors naming them.
+    #[test]
+    fn shape_errors() {
+        let p = Bf16DotWeight::pack(&t(12, &[3, 4], 1)).expect("pack");
+        let e = p.linear(&t(10, &[2, 5], 1), None).expect_err("k");
+        assert!(e.to_string().contains("[.., 4]"), "{e}");
+        let e = p
+            .linear(&t(8, &[2, 4], 1), Some(&t(4, &[4], 1)))
+            .expect_err("bias");
+        assert!(e.to_string().contains("bias"), "{e}");
+        assert!(Bf16DotWeight::pack(&t(12, &[12], 1)).is_err());
+    }
+}
