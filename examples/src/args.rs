@@ -112,7 +112,8 @@ pub enum TextPrecision {
     /// f32 arithmetic (the default where the CPU has no AVX-512 BF16; the closest to exact).
     F32,
     /// f32 arithmetic with bf16 matrix-product inputs and f32 accumulation (the default where
-    /// the CPU has AVX-512 BF16: `vdpbf16ps`, twice the f32 rate).
+    /// the CPU has AVX-512 BF16: `vdpbf16ps`, twice the f32 rate; elsewhere emulated, with the
+    /// same bits, tens of times slower than f32).
     Bf16Dot,
 }
 

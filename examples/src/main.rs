@@ -95,6 +95,15 @@ fn load(model: &Option<String>, opts: &LoadOptions, ui: &Ui) -> Result<Pipeline>
             demo_model(ui)?
         }
     };
+    if opts.text_precision == Some(aria::pipeline::Precision::Bf16Dot)
+        && opts.device == DeviceKind::Cpu
+        && !aria_core::nn::Bf16DotWeight::native()
+    {
+        ui.warn(
+            "--text-precision bf16-dot: this CPU has no AVX-512 BF16, so its bf16 products are \
+             emulated (the same bits, but tens of times slower than --text-precision f32).",
+        );
+    }
     let pb = ui.spinner(&format!("loading {}", files.dir.display()));
     let p = Pipeline::load(&files, opts);
     pb.finish_and_clear();

@@ -18,6 +18,8 @@
 use half::{bf16, f16, slice::HalfFloatSliceExt};
 use rayon::prelude::*;
 
+#[cfg(target_arch = "x86_64")]
+use super::prefetch::Prefetch;
 use super::scalar::MR;
 use super::{dispatch, panel_width, tile_rows, Isa};
 use crate::{CoreError, DType, Result, Tensor};
@@ -597,10 +599,20 @@ unsafe fn block_pa(
     while k0 < k {
         let kc = KC.min(k - k0);
         let panels = slabs.slab(b, k0, kc, n0, nb);
+        // The next slab's B, fetched into L2 a little at a time while this one is multiplied
+        // (packing it then reads cache instead of memory).
+        let next = (packed.is_none() && k0 + kc < k)
+            .then(|| b.prefetch(k0 + kc, KC.min(k - k0 - kc), n0, nb))
+            .flatten();
+        let (steps, lines) = (np * mt, next.as_ref().map_or(0, Prefetch::lines));
         for p in 0..np {
             let nc = nr.min(nb - p * nr);
             let panel = &panels[p * KC * nr..p * KC * nr + kc * nr];
             for t in 0..mt {
+                if let Some(pf) = &next {
+                    let s = p * mt + t;
+                    pf.fetch(s * lines / steps, (s + 1) * lines / steps);
+                }
                 let mr = tr.min(mb - t * tr);
                 let at = &ap[(t * k + k0) * tr..(t * k + k0 + kc) * tr];
                 // SAFETY: the tile (mr rows from t·tr, nc columns from p·nr) lies inside the

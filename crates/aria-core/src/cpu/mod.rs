@@ -55,6 +55,8 @@ pub(crate) mod gemm;
 pub(crate) mod kernels;
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon;
+#[cfg(target_arch = "x86_64")]
+mod prefetch;
 pub mod scalar;
 pub(crate) mod simd;
 

@@ -19,7 +19,8 @@ pub enum Precision {
     /// f32 arithmetic except inside the matrix products, whose inputs are rounded to bf16 and
     /// multiplied in pairs with f32 accumulation
     /// ([`aria_core::nn::Bf16DotWeight`]: `vdpbf16ps` on CPUs with AVX-512 BF16, twice the f32
-    /// rate there; a bit-identical scalar emulation elsewhere). The fastest path where the CPU
+    /// rate there; elsewhere a bit-identical scalar emulation, tens of times slower than
+    /// [`Precision::F32`], for reproducing results across machines). The fastest path where the CPU
     /// has the instruction (the pipeline's default there), and still closer to exact arithmetic
     /// than the reference's bf16 path. CPU only.
     Bf16Dot,
