@@ -138,6 +138,15 @@ pub(crate) fn peak_gflops(threads: usize) -> Option<f64> {
     }
 }
 
+/// The largest of `tries` runs of [`peak_gflops`]: one probe lasts tens of milliseconds, and
+/// whatever else the machine does then (write-back of a freshly written checkpoint, a neighbour
+/// on a shared host) only lowers it, so the largest is the one to set work against.
+pub(crate) fn best_peak_gflops(threads: usize, tries: usize) -> Option<f64> {
+    (0..tries.max(1))
+        .filter_map(|_| peak_gflops(threads))
+        .reduce(f64::max)
+}
+
 /// f32 FMA rate of `threads` cores in GFLOP/s: 12 independent 8-lane FMA chains per core.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn fma_peak_gflops(threads: usize) -> Option<f64> {

@@ -218,11 +218,14 @@ fn write_checkpoint(path: &Path, c: &DitConfig) -> Result<(), String> {
         }
     }
     f.write_all(&buf).map_err(io)?;
-    f.flush().map_err(io)
+    f.flush().map_err(io)?;
+    // On disk before anything is timed: write-back running beside the forwards (or the peak
+    // probe) would slow them.
+    f.get_ref().sync_all().map_err(io)
 }
 
 /// Multiply-accumulate FLOPs (×2) of one forward with a prepared context.
-fn forward_flops(c: &DitConfig, t: usize, n_ctx: usize) -> f64 {
+pub(crate) fn forward_flops(c: &DitConfig, t: usize, n_ctx: usize) -> f64 {
     let (e, f, io) = (
         c.embed_dim as f64,
         (c.ff_kwargs.mult * c.embed_dim) as f64,
@@ -273,10 +276,8 @@ fn bench(o: &Opts, cfg: &DitConfig, path: &Path) -> Result<(), String> {
     dit.set_prepack(o.prepack);
     threads::set_num_threads(o.threads).map_err(|x| x.to_string())?;
     let peak = PEAK_PER_CORE * o.threads as f64;
-    // The widest FMA loop this machine runs (512-bit where AVX-512F exists), best of three.
-    let measured = (0..3)
-        .filter_map(|_| crate::bench_core::peak_gflops(o.threads))
-        .reduce(f64::max);
+    // The widest FMA loop this machine runs (512-bit where AVX-512F exists), best of five.
+    let measured = crate::bench_core::best_peak_gflops(o.threads, 5);
     println!(
         "DiT forward, small-music shapes (E 1024, 20 layers, 16 heads, FF 4096, 64 memory tokens), f32 weights memory-mapped ({}), {} threads, median of {} reps; nominal peak {peak:.0} GFLOP/s, measured FMA peak {} GFLOP/s",
         if o.prepack {

@@ -95,13 +95,11 @@ fn vm_hwm() -> Option<u64> {
     Some(kb * 1024)
 }
 
-/// f32 FMA peak of one core in GFLOP/s: the best of three runs of the probes of `bench core`
+/// f32 FMA peak of one core in GFLOP/s: the best of five runs of the probes of `bench core`
 /// (`crate::bench_core::peak_gflops`: the 512-bit loop where AVX-512F exists, else the AVX2 one;
 /// the DiT runs on the widest kernels, so a 256-bit peak would overstate its efficiency).
 fn fma_peak_gflops() -> Option<f64> {
-    (0..3)
-        .filter_map(|_| crate::bench_core::peak_gflops(1))
-        .reduce(f64::max)
+    crate::bench_core::best_peak_gflops(1, 5)
 }
 
 /// The child: one generation, printed as `RESULT key=value ...`.

@@ -15,6 +15,13 @@
 //! alike. Each figure is the minimum over rounds (and over `--reps` inside a child). The ratio
 //! is official / aria (above 1: aria is faster).
 //!
+//! Beside each measure with a known amount of work it prints the GFLOP of aria's matrix products
+//! (counted from the model configuration, low rather than high), aria's rate as a share of the
+//! machine's f32 FMA peak (probed in the aria child with the same threads), and the **f32
+//! ceiling**: official seconds × peak / GFLOP, the ratio that doing those products at the full
+//! peak would give. A target ratio above the ceiling cannot be met by any f32 implementation on
+//! that machine; only less work (or narrower arithmetic) could.
+//!
 //! Options: `--ref-dir DIR`, `--model DIR`, `--harness DIR` (default `../shared/ref-harness`
 //! next to the workspace, or `ARIA_REF_HARNESS`), `--seconds a,b` (default 10,30), `--reps N`
 //! (default 2), `--rounds N` (default 2), `--threads N` (default: every CPU), `--no-e2e`,
@@ -114,19 +121,50 @@ pub fn machine_line() -> String {
 }
 
 /// Minimum per measure over all runs.
-#[derive(Default)]
-struct Mins(BTreeMap<String, f64>);
+struct Mins {
+    min: BTreeMap<String, f64>,
+    /// The f32 FMA peak of the threads used, GFLOP/s (the largest probe; NaN: not measured).
+    peak: f64,
+}
+
+impl Default for Mins {
+    fn default() -> Self {
+        Mins {
+            min: BTreeMap::new(),
+            peak: f64::NAN,
+        }
+    }
+}
 
 impl Mins {
     fn add(&mut self, k: impl Into<String>, v: f64) {
         if !v.is_finite() {
             return;
         }
-        let e = self.0.entry(k.into()).or_insert(v);
+        let e = self.min.entry(k.into()).or_insert(v);
         *e = e.min(v);
     }
     fn get(&self, k: &str) -> Option<f64> {
-        self.0.get(k).copied()
+        self.min.get(k).copied()
+    }
+
+    /// GFLOP of the matrix products behind measure `k` (a lower bound of the work; `None` where
+    /// not counted).
+    fn gflop(&self, k: &str) -> Option<f64> {
+        let (what, len) = k.split_once('.').unwrap_or((k, ""));
+        let g = |name: &str| self.get(&format!("gflop_{name}.{len}"));
+        match what {
+            "text" | "text_released" => self.get("gflop_text"),
+            "dit" => g("dit"),
+            "dec_chunked" => g("dec_chunked"),
+            "dec_unchunked" => g("dec"),
+            "steps8" => g("dit").map(|d| 8.0 * d),
+            // What generate() runs: the text encoder, 8 forwards, the configured decode.
+            "generate" | "process" => {
+                Some(self.get("gflop_text").unwrap_or(0.0) + 8.0 * g("dit")? + g("dec_default")?)
+            }
+            _ => None,
+        }
     }
 }
 
@@ -279,7 +317,12 @@ fn aria_components(o: &Opts, model: &Path, m: &mut Mins) -> Result<(), String> {
         .env("RAYON_NUM_THREADS", o.threads.to_string());
     let (out, _) = run_child(&mut c, "aria components")?;
     for (k, v) in results(&out) {
-        m.add(k, v);
+        if k == "peak" {
+            // The largest of the rounds' probes (a loaded machine only lowers it).
+            m.peak = m.peak.max(v);
+        } else {
+            m.add(k, v);
+        }
     }
     Ok(())
 }
@@ -383,6 +426,18 @@ fn child(model: &Path, seconds: &str, reps: usize) -> Result<(), String> {
     })?;
     println!("RESULT text_released={t_cold:.4}");
     let (emb, _) = text.encode_prompts(&[PROMPT]).map_err(|x| e(&x))?;
+    // Work of the f32 paths, for the ceiling column (a bf16 default is not bound by the f32 peak).
+    if text.prompt().encoder().precision() == aria::pipeline::Precision::F32 {
+        let len = emb.shape().get(1).copied().unwrap_or(0);
+        let gf = text.prompt().encoder().flops(1, len) / 1e9;
+        println!("RESULT gflop_text={gf:.4}");
+    }
+    let threads = std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let peak = crate::bench_core::best_peak_gflops(threads, 10).unwrap_or(f64::NAN);
+    println!("RESULT peak={peak:.2}");
     let n_cond = emb.shape().get(1).copied().unwrap_or(0) + 1;
     let cond_dim = emb.shape().last().copied().unwrap_or(0);
     let channels = pipe.config().model.io_channels;
@@ -406,12 +461,19 @@ fn child(model: &Path, seconds: &str, reps: usize) -> Result<(), String> {
             dit.forward(&x, &time, &cross, &global, Some(&local), Some(&mask))
                 .map_err(|x| e(&x))
         })?;
-        println!("RESULT dit.{k}={fwd:.4}");
+        let gf = crate::bench_dit::forward_flops(dit.config(), t, n_cond) / 1e9;
+        println!("RESULT dit.{k}={fwd:.4} gflop_dit.{k}={gf:.4}");
         let ae = pipe.autoencoder();
         let z = tensor(random(channels * t, 4), &[1, channels, t])?;
         let dc = best_of(reps, || ae.decode_chunked(&z, None).map_err(|x| e(&x)))?;
         let du = best_of(reps, || ae.decode(&z, None).map_err(|x| e(&x)))?;
-        println!("RESULT dec_chunked.{k}={dc:.4} dec_unchunked.{k}={du:.4}");
+        let gf = crate::bench_codec::decode_gflop(ae.config(), t);
+        let gc = crate::bench_codec::decode_chunked_gflop(ae.config(), t);
+        let gd = if ae.config().chunked { gc } else { gf };
+        println!(
+            "RESULT dec_chunked.{k}={dc:.4} dec_unchunked.{k}={du:.4} gflop_dec.{k}={gf:.4} \
+             gflop_dec_chunked.{k}={gc:.4} gflop_dec_default.{k}={gd:.4}"
+        );
     }
     Ok(())
 }
@@ -425,19 +487,36 @@ fn row(label: &str, k: &str, off: Option<&Mins>, aria: &Mins) {
 /// A row comparing the official measure `ko` with aria's `ka`.
 fn row_vs(label: &str, ko: &str, ka: &str, off: Option<&Mins>, aria: &Mins) {
     let a = aria.get(ka);
+    let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
+    let gf = aria.gflop(ka);
+    let peak = Some(aria.peak).filter(|p| p.is_finite() && *p > 0.0);
+    let of_peak = match (gf, a, peak) {
+        (Some(g), Some(a), Some(p)) if a > 0.0 => format!("{:.0} %", 100.0 * g / a / p),
+        _ => "-".into(),
+    };
     match off {
         Some(off) => {
             let o = off.get(ko);
-            let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
             let ratio = match (o, a) {
                 (Some(o), Some(a)) if a > 0.0 => format!("{:.2}x", o / a),
                 _ => "-".into(),
             };
-            println!("| {label} | {} | {} | {ratio} |", f(o), f(a));
+            // What official / aria would be if aria did these products at the full FMA peak.
+            let ceiling = match (o, gf, peak) {
+                (Some(o), Some(g), Some(p)) if g > 0.0 => format!("{:.2}x", o * p / g),
+                _ => "-".into(),
+            };
+            println!(
+                "| {label} | {} | {} | {ratio} | {} | {of_peak} | {ceiling} |",
+                f(o),
+                f(a),
+                gf.map_or("-".to_string(), |g| format!("{g:.0}"))
+            );
         }
         None => println!(
-            "| {label} | {} |",
-            a.map_or("-".to_string(), |v| format!("{v:.3}"))
+            "| {label} | {} | {} | {of_peak} |",
+            f(a),
+            gf.map_or("-".to_string(), |g| format!("{g:.0}"))
         ),
     }
 }
@@ -514,12 +593,15 @@ pub fn run(args: &[String]) -> Result<(), String> {
     println!();
     match off_ref {
         Some(_) => {
-            println!("| measure (wall s) | official | aria | official / aria |");
-            println!("|---|---|---|---|");
+            println!(
+                "| measure (wall s) | official | aria | official / aria | GFLOP | aria % of f32 \
+                 peak | f32 ceiling |"
+            );
+            println!("|---|---|---|---|---|---|---|");
         }
         None => {
-            println!("| measure (wall s) | aria |");
-            println!("|---|---|");
+            println!("| measure (wall s) | aria | GFLOP | aria % of f32 peak |");
+            println!("|---|---|---|---|");
         }
     }
     if o.components {
@@ -594,6 +676,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
         println!(
             "(official: text encoder in its folder dtype; aria: its default text path. aria's 8 \
              steps are from generate() in the e2e child, the official ones from bench.py's sampling)"
+        );
+    }
+    if aria.peak.is_finite() {
+        println!(
+            "(f32 FMA peak of {} threads: {:.1} GFLOP/s, the largest of the probes. GFLOP: aria's \
+             matrix products only (text + 8 forwards + the configured decode for generate() and \
+             the process), so they count low. f32 ceiling = official × \
+             peak / GFLOP: the ratio an implementation doing these products at the full peak \
+             would reach, the most any f32 implementation can.)",
+            o.threads, aria.peak
         );
     }
     Ok(())

@@ -350,9 +350,47 @@ impl Autoencoder {
         }
         let z = self.dec_in.forward(&y.transpose(1, 2)?.contiguous()?)?;
         drop(y);
-        let tok = self.dec.decode(&z, pos_latent0, noise, trace)?;
+        let tok = self.dec.decode(&z, pos_latent0, noise, trace, None)?;
         let audio = self.unpatch(&tok)?;
         Ok((tok, audio))
+    }
+
+    /// [`Self::decode`] of `latents [B, C, T]` computed only as far as the audio of the latents
+    /// `keep` needs: returns `(audio, start)` where `audio` covers latents `start..end` (with
+    /// `start ≤ keep.start`, `end ≥ keep.end`) and has, for the latents `keep`, the bits of
+    /// the same samples of `decode(latents, noise)`. The noise is drawn for the whole sequence,
+    /// in the same order, so the source ends where `decode` would leave it.
+    ///
+    /// Every output latent depends on a bounded neighbourhood (see [`crate::WindowedDecoder`]),
+    /// so only that neighbourhood of `keep` runs through the transformer: the official chunked
+    /// decode, whose 128-latent windows overlap and keep only part of each, does a third less
+    /// work this way at 10 s.
+    pub fn decode_part(
+        &self,
+        latents: &Tensor,
+        keep: std::ops::Range<usize>,
+        noise: Option<&mut dyn NoiseSource>,
+    ) -> Result<(Tensor, usize)> {
+        self.check_latents(latents)?;
+        let t = latents.shape()[2];
+        if keep.start >= keep.end || keep.end > t {
+            return Err(CodecError::Invalid(format!(
+                "latents {}..{} to keep are empty or beyond the {t} given",
+                keep.start, keep.end
+            )));
+        }
+        let (hl, hr, align) = crate::window::plan(self);
+        let tp = self.decoded_latents(t);
+        let c0 = keep.start.saturating_sub(hl) / align * align;
+        let c1 = (keep.end + hr).div_ceil(align) * align;
+        let c1 = if c1 >= t { tp } else { c1 };
+        let mut noise = Draw::from_opt(noise);
+        let y = self.bottleneck_decode_with(latents, 0, noise.reborrow())?;
+        let z = self.dec_in.forward(&y.transpose(1, 2)?.contiguous()?)?;
+        drop(y);
+        let tok = self.dec.decode(&z, 0, noise, None, Some((c0, c1)))?;
+        let audio = self.unpatch(&tok)?;
+        Ok((audio, c0))
     }
 
     /// The official chunked decode (`decode_audio(chunked=True)`): 128-latent windows with
@@ -392,8 +430,14 @@ impl Autoencoder {
         let mut parts = Vec::with_capacity(starts.len());
         for (&s, &(left, len)) in starts.iter().zip(&keep) {
             let win = latents.narrow(2, s, chunk)?.contiguous()?;
-            let a = self.decode(&win, reborrow(&mut noise))?;
-            parts.push(a.narrow(2, left * spl, len * spl)?.contiguous()?);
+            if len == 0 {
+                // Nothing kept; decoded all the same so that later windows see the same draws.
+                self.decode(&win, reborrow(&mut noise))?;
+                continue;
+            }
+            // Only what the kept region needs of the window (the same bits).
+            let (a, at) = self.decode_part(&win, left..left + len, reborrow(&mut noise))?;
+            parts.push(a.narrow(2, (left - at) * spl, len * spl)?.contiguous()?);
         }
         let refs: Vec<&Tensor> = parts.iter().collect();
         Ok(Tensor::cat(&refs, 2)?)

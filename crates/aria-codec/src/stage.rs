@@ -214,29 +214,48 @@ impl Stage {
 
     /// Decoder direction: `z [B, T, D]` latent tokens → patch tokens `[B, stride·T', out]`, where
     /// `T'` is `T` rounded up to whole chunks (chunked attention) with zero tokens.
+    ///
+    /// With `span = Some((c0, c1))` only the cells `c0..c1` of the padded sequence go through the
+    /// blocks and the mapping (patch tokens `[B, stride·(c1 − c0), out]`), while the noise is
+    /// drawn for the whole sequence as without a span. `c0` and `c1 − c0` must be multiples of
+    /// the chunk (in cells); cells near the span's edges then differ from a whole decode's
+    /// (see [`crate::window`] for how far), the others have its bits.
     pub(crate) fn decode(
         &self,
         z: &Tensor,
         pos_latent0: usize,
         noise: Draw<'_>,
         trace: Option<&mut Vec<Tensor>>,
+        span: Option<(usize, usize)>,
     ) -> Result<Tensor> {
         let s = z.shape().to_vec();
         let (b, t, d) = (s[0], s[1], s[2]);
         let modulo = self.cfg.cells_per_chunk().unwrap_or(1);
         let tp = t.div_ceil(modulo) * modulo;
+        let (c0, c1) = span.unwrap_or((0, tp));
+        if c0 >= c1 || c1 > tp || c0 % modulo != 0 || (c1 - c0) % modulo != 0 {
+            return Err(CodecError::Invalid(format!(
+                "decode span {c0}..{c1} of {tp} cells is empty, out of range or not whole chunks \
+                 of {modulo}"
+            )));
+        }
+        let n = c1 - c0;
         let seg = self.seg();
         let cell = 1 + seg;
-        let nt = self.new_token_block(b, tp, pos_latent0, noise)?;
+        let mut nt = self.new_token_block(b, tp, pos_latent0, noise)?;
         // Cells [latent token, seg new tokens]; latents past T are zero tokens.
-        let zp = ops::pad(z, 1, 0, tp - t)?.reshape(&[b, tp, 1, d])?;
-        let x = Tensor::cat(&[&zp, &nt], 2)?.reshape(&[b, tp * cell, d])?;
+        let mut zp = ops::pad(z, 1, 0, tp - t)?.reshape(&[b, tp, 1, d])?;
+        if n < tp {
+            nt = nt.narrow(1, c0, n)?;
+            zp = zp.narrow(1, c0, n)?;
+        }
+        let x = Tensor::cat(&[&zp, &nt], 2)?.reshape(&[b, n * cell, d])?;
         drop((zp, nt));
-        let y = self.transformer(x, pos_latent0 * cell, trace)?;
+        let y = self.transformer(x, (pos_latent0 + c0) * cell, trace)?;
         let keep = y
-            .reshape(&[b, tp, cell, d])?
+            .reshape(&[b, n, cell, d])?
             .narrow(2, 1, seg)?
-            .reshape(&[b, tp * seg, d])?;
+            .reshape(&[b, n * seg, d])?;
         drop(y);
         Ok(self.mapping.forward(&keep)?)
     }

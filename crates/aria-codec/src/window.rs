@@ -30,7 +30,7 @@ use crate::model::Autoencoder;
 use crate::noise::Draw;
 
 /// Halo (left, right, in latents) and alignment of exact windows for a decoder.
-fn plan(ae: &Autoencoder) -> (usize, usize, usize) {
+pub(crate) fn plan(ae: &Autoencoder) -> (usize, usize, usize) {
     let c = &ae.decoder_stage().cfg;
     let k2 = c.mapping_kernel() / 2;
     let depth = c.depth();

@@ -217,7 +217,6 @@ impl Pipeline {
             let n_total = t * spl;
             for (i, &st) in starts.iter().enumerate() {
                 let win = latents.narrow(2, st, CHUNK_LATENTS)?.contiguous()?;
-                let a = self.ae.decode(&win, Some(&mut *noise))?;
                 let last = i + 1 == starts.len();
                 let out_start = if last { n_total - cs } else { st * spl };
                 let left = out_start + if i == 0 { 0 } else { half };
@@ -228,8 +227,14 @@ impl Pipeline {
                     None => right,
                 };
                 if right > left {
-                    let part = a.narrow(2, left - out_start, right - left)?;
+                    // Only what that part needs of the window (the bits of its whole decode).
+                    let keep = (left - out_start) / spl..(right - out_start).div_ceil(spl);
+                    let (a, at) = self.ae.decode_part(&win, keep, Some(&mut *noise))?;
+                    let part = a.narrow(2, left - out_start - at * spl, right - left)?;
                     emit(left, &part, right.div_ceil(spl))?;
+                } else {
+                    // Nothing of it is kept; decoded for the noise draws of the later windows.
+                    self.ae.decode(&win, Some(&mut *noise))?;
                 }
             }
             return Ok(());
