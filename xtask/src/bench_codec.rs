@@ -17,7 +17,8 @@ use std::process::Command;
 use std::time::Instant;
 
 use aria_codec::{
-    Autoencoder, AutoencoderConfig, NoiseSource, SameAttention, SeededNoise, StreamingDecoder, WindowedDecoder,
+    Autoencoder, AutoencoderConfig, NoiseSource, SameAttention, SeededNoise, StreamingDecoder,
+    WindowedDecoder,
 };
 use aria_core::{Tensor, WeightLoader};
 
@@ -167,14 +168,10 @@ pub(crate) fn decode_gflop(ae: &AutoencoderConfig, t: usize) -> f64 {
     2.0 * (blocks * per_token_block + mapping + input) / 1e9
 }
 
-/// [`decode_gflop`] of the official chunked decode of `t` latents: every window decoded whole
-/// (128 latents, hop 96, the last one anchored to the end; shorter sequences in one piece).
-pub(crate) fn decode_chunked_gflop(ae: &AutoencoderConfig, t: usize) -> f64 {
-    use aria_codec::{chunk_starts, CHUNK_LATENTS, CHUNK_OVERLAP};
-    if t < CHUNK_LATENTS {
-        return decode_gflop(ae, t);
-    }
-    chunk_starts(t, CHUNK_LATENTS, CHUNK_OVERLAP).len() as f64 * decode_gflop(ae, CHUNK_LATENTS)
+/// [`decode_gflop`] summed over the latent spans a decode runs one after the other (each its
+/// own sequence; `Autoencoder::chunked_spans` for the chunked decode).
+pub(crate) fn spans_gflop(ae: &AutoencoderConfig, spans: &[std::ops::Range<usize>]) -> f64 {
+    spans.iter().map(|r| decode_gflop(ae, r.len())).sum()
 }
 
 fn peak_rss_mib() -> f64 {
@@ -440,9 +437,9 @@ mod tests {
         // (the blocks and the mapping see 174; the input projection 173 latents).
         let one_latent_input = 2.0 * 256.0 * d / 1e9;
         assert!((decode_gflop(&cfg, 173) - (want - one_latent_input)).abs() < 1e-9 * want);
-        // Chunked: 174 latents are two 128-latent windows (starts 0 and 46); under 128, one piece.
-        let w = decode_gflop(&cfg, 128);
-        assert!((decode_chunked_gflop(&cfg, 174) - 2.0 * w).abs() < 1e-9 * w);
-        assert_eq!(decode_chunked_gflop(&cfg, 100), decode_gflop(&cfg, 100));
+        // Spans add up, each its own sequence (its own padding and shifted chunk).
+        let two = spans_gflop(&cfg, &[0..64, 14..128]);
+        assert!((two - decode_gflop(&cfg, 114) - decode_gflop(&cfg, 64)).abs() < 1e-9 * two);
+        assert!(spans_gflop(&cfg, &[0..87, 87..174]) > decode_gflop(&cfg, 174));
     }
 }

@@ -468,7 +468,7 @@ fn child(model: &Path, seconds: &str, reps: usize) -> Result<(), String> {
         let dc = best_of(reps, || ae.decode_chunked(&z, None).map_err(|x| e(&x)))?;
         let du = best_of(reps, || ae.decode(&z, None).map_err(|x| e(&x)))?;
         let gf = crate::bench_codec::decode_gflop(ae.config(), t);
-        let gc = crate::bench_codec::decode_chunked_gflop(ae.config(), t);
+        let gc = crate::bench_codec::spans_gflop(ae.config(), &ae.chunked_spans(t));
         let gd = if ae.config().chunked { gc } else { gf };
         println!(
             "RESULT dec_chunked.{k}={dc:.4} dec_unchunked.{k}={du:.4} gflop_dec.{k}={gf:.4} \

@@ -355,6 +355,37 @@ impl Autoencoder {
         Ok((tok, audio))
     }
 
+    /// The latents `start..end` of a `T`-latent sequence that [`Self::decode_part`] runs through
+    /// the transformer for `keep` (`keep` widened by the decoder's dependency halo and aligned
+    /// to its chunks; reaching the end, it ends at the padded length).
+    pub fn part_span(&self, t: usize, keep: std::ops::Range<usize>) -> std::ops::Range<usize> {
+        let (hl, hr, align) = crate::window::plan(self);
+        let c0 = keep.start.saturating_sub(hl) / align * align;
+        let c1 = (keep.end + hr).div_ceil(align) * align;
+        let c1 = if c1 >= t { self.decoded_latents(t) } else { c1 };
+        c0..c1
+    }
+
+    /// What [`Self::decode_chunked`] runs through the transformer for `t` latents: per window,
+    /// the latent span of it (see [`Self::part_span`]); one whole sequence under 128 latents.
+    pub fn chunked_spans(&self, t: usize) -> Vec<std::ops::Range<usize>> {
+        if t < CHUNK_LATENTS {
+            #[allow(clippy::single_range_in_vec_init)] // one span: the whole sequence
+            return vec![0..self.decoded_latents(t)];
+        }
+        let starts = chunk_starts(t, CHUNK_LATENTS, CHUNK_OVERLAP);
+        kept_regions(&starts, t, CHUNK_LATENTS, CHUNK_OVERLAP)
+            .into_iter()
+            .map(|(left, len)| {
+                if len == 0 {
+                    0..CHUNK_LATENTS
+                } else {
+                    self.part_span(CHUNK_LATENTS, left..left + len)
+                }
+            })
+            .collect()
+    }
+
     /// [`Self::decode`] of `latents [B, C, T]` computed only as far as the audio of the latents
     /// `keep` needs: returns `(audio, start)` where `audio` covers latents `start..end` (with
     /// `start ≤ keep.start`, `end ≥ keep.end`) and has, for the latents `keep`, the bits of
@@ -379,11 +410,7 @@ impl Autoencoder {
                 keep.start, keep.end
             )));
         }
-        let (hl, hr, align) = crate::window::plan(self);
-        let tp = self.decoded_latents(t);
-        let c0 = keep.start.saturating_sub(hl) / align * align;
-        let c1 = (keep.end + hr).div_ceil(align) * align;
-        let c1 = if c1 >= t { tp } else { c1 };
+        let std::ops::Range { start: c0, end: c1 } = self.part_span(t, keep);
         let mut noise = Draw::from_opt(noise);
         let y = self.bottleneck_decode_with(latents, 0, noise.reborrow())?;
         let z = self.dec_in.forward(&y.transpose(1, 2)?.contiguous()?)?;

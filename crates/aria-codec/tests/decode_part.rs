@@ -25,7 +25,14 @@ fn check_parts(ae: &Autoencoder, folder: &str) {
             } else {
                 ae.decode(&z, None).unwrap()
             };
-            for keep in [0..1, 0..t, t - 1..t, t / 3..t / 2 + 1, 2..t.min(9), t / 2..t] {
+            for keep in [
+                0..1,
+                0..t,
+                t - 1..t,
+                t / 3..t / 2 + 1,
+                2..t.min(9),
+                t / 2..t,
+            ] {
                 let (a, at) = if noisy {
                     let mut n = SeededNoise::new(7);
                     let r = ae.decode_part(&z, keep.clone(), Some(&mut n)).unwrap();
@@ -42,7 +49,11 @@ fn check_parts(ae: &Autoencoder, folder: &str) {
                 let got = a.narrow(2, (keep.start - at) * spl, len).unwrap();
                 let want = whole.narrow(2, keep.start * spl, len).unwrap();
                 let what = format!("{folder} T={t} keep {keep:?} noise {noisy}");
-                assert_bits_eq(&what, &got.contiguous().unwrap(), &want.contiguous().unwrap());
+                assert_bits_eq(
+                    &what,
+                    &got.contiguous().unwrap(),
+                    &want.contiguous().unwrap(),
+                );
             }
         }
     }
@@ -95,6 +106,12 @@ fn same_s_part_decodes_have_the_whole_decodes_bits() {
     let Some(ae) = model("sa3-tiny") else { return };
     check_parts(&ae, "sa3-tiny");
     check_chunked(&ae, "sa3-tiny");
+    // 174 latents (a 10 s request): windows at 0 and 46 keep 0..62 and 62..174 (the last
+    // window wins from 46 + 16); with the 2-latent halo in 2-latent chunks they run 64 and 114
+    // latents instead of 2 × 128.
+    assert_eq!(ae.chunked_spans(174), vec![0..64, 14..128]);
+    assert_eq!(ae.chunked_spans(100), vec![0..100]);
+    assert_eq!(ae.chunked_spans(101), vec![0..102]);
 }
 
 #[test]
