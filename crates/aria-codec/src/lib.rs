@@ -47,7 +47,8 @@ mod window;
 pub use config::{AutoencoderConfig, BottleneckConfig, SameAttention, SameConfig};
 pub use error::{CodecError, Result};
 pub use model::{
-    chunk_starts, Autoencoder, DecodeTrace, EncodeTrace, CHUNK_LATENTS, CHUNK_OVERLAP,
+    chunk_starts, chunk_windows, Autoencoder, DecodeTrace, EncodeTrace, CHUNK_LATENTS,
+    CHUNK_OVERLAP,
 };
 pub use noise::{NoiseSource, ReplayNoise, SeededNoise, TorchNoise};
 pub use window::{StreamingDecoder, WindowedDecoder};

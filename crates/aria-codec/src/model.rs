@@ -300,7 +300,9 @@ impl Autoencoder {
     /// (bottleneck noise regularisation, decoder new-token noise) are drawn from it in the
     /// reference order; `None` switches them off.
     pub fn decode(&self, latents: &Tensor, noise: Option<&mut dyn NoiseSource>) -> Result<Tensor> {
-        Ok(self.decode_span(latents, 0, Draw::from_opt(noise), None)?.1)
+        Ok(self
+            .decode_span(latents, 0, Draw::from_opt(noise), None, None)?
+            .1)
     }
 
     /// [`Self::decode`] with the configured stochastic terms drawn from a generator keyed by
@@ -309,7 +311,9 @@ impl Autoencoder {
     /// reproduce this output bit for bit. (Statistically the same noise as the reference, not
     /// its numbers.)
     pub fn decode_keyed(&self, latents: &Tensor, seed: u64) -> Result<Tensor> {
-        Ok(self.decode_span(latents, 0, Draw::Keyed(seed), None)?.1)
+        Ok(self
+            .decode_span(latents, 0, Draw::Keyed(seed), None, None)?
+            .1)
     }
 
     /// [`Self::decode`] returning the intermediate tensors too.
@@ -321,7 +325,7 @@ impl Autoencoder {
         let mut blocks = Vec::new();
         let (patches, audio, bottleneck_out) = {
             let (tok, audio) =
-                self.decode_span(latents, 0, Draw::from_opt(noise), Some(&mut blocks))?;
+                self.decode_span(latents, 0, Draw::from_opt(noise), Some(&mut blocks), None)?;
             let bo = blocks.remove(0);
             (tok.transpose(1, 2)?.contiguous()?, audio, bo)
         };
@@ -336,13 +340,15 @@ impl Autoencoder {
     /// Decode latents whose first one is latent number `pos_latent0` of a longer sequence (the
     /// RoPE positions of a sliding-window decoder are absolute). Returns the patch tokens
     /// `[B, L, 2P]` and the audio. When `trace` is given, its first entry is the bottleneck
-    /// output, followed by the block outputs.
+    /// output, followed by the block outputs. With `span`, only those cells run through the
+    /// transformer (see [`Self::decode_part`]).
     pub(crate) fn decode_span(
         &self,
         latents: &Tensor,
         pos_latent0: usize,
         mut noise: Draw<'_>,
         mut trace: Option<&mut Vec<Tensor>>,
+        span: Option<(usize, usize)>,
     ) -> Result<(Tensor, Tensor)> {
         let y = self.bottleneck_decode_with(latents, pos_latent0, noise.reborrow())?;
         if let Some(t) = trace.as_deref_mut() {
@@ -350,7 +356,7 @@ impl Autoencoder {
         }
         let z = self.dec_in.forward(&y.transpose(1, 2)?.contiguous()?)?;
         drop(y);
-        let tok = self.dec.decode(&z, pos_latent0, noise, trace, None)?;
+        let tok = self.dec.decode(&z, pos_latent0, noise, trace, span)?;
         let audio = self.unpatch(&tok)?;
         Ok((tok, audio))
     }
@@ -373,14 +379,13 @@ impl Autoencoder {
             #[allow(clippy::single_range_in_vec_init)] // one span: the whole sequence
             return vec![0..self.decoded_latents(t)];
         }
-        let starts = chunk_starts(t, CHUNK_LATENTS, CHUNK_OVERLAP);
-        kept_regions(&starts, t, CHUNK_LATENTS, CHUNK_OVERLAP)
+        chunk_windows(t)
             .into_iter()
-            .map(|(left, len)| {
-                if len == 0 {
+            .map(|(_, keep)| {
+                if keep.is_empty() {
                     0..CHUNK_LATENTS
                 } else {
-                    self.part_span(CHUNK_LATENTS, left..left + len)
+                    self.part_span(CHUNK_LATENTS, keep)
                 }
             })
             .collect()
@@ -411,12 +416,8 @@ impl Autoencoder {
             )));
         }
         let std::ops::Range { start: c0, end: c1 } = self.part_span(t, keep);
-        let mut noise = Draw::from_opt(noise);
-        let y = self.bottleneck_decode_with(latents, 0, noise.reborrow())?;
-        let z = self.dec_in.forward(&y.transpose(1, 2)?.contiguous()?)?;
-        drop(y);
-        let tok = self.dec.decode(&z, 0, noise, None, Some((c0, c1)))?;
-        let audio = self.unpatch(&tok)?;
+        let (_, audio) =
+            self.decode_span(latents, 0, Draw::from_opt(noise), None, Some((c0, c1)))?;
         Ok((audio, c0))
     }
 
@@ -568,6 +569,19 @@ pub(crate) fn reborrow<'b>(
         Some(x) => Some(&mut **x),
         None => None,
     }
+}
+
+/// The windows of the official chunked decode of `t ≥ 128` latents ([`CHUNK_LATENTS`] each,
+/// overlap [`CHUNK_OVERLAP`], see [`Autoencoder::decode_chunked`]): each window's first latent
+/// and the latents of it that the decode keeps (window-relative; they tile `0..t` in order).
+pub fn chunk_windows(t: usize) -> Vec<(usize, std::ops::Range<usize>)> {
+    let starts = chunk_starts(t, CHUNK_LATENTS, CHUNK_OVERLAP);
+    let keep = kept_regions(&starts, t, CHUNK_LATENTS, CHUNK_OVERLAP);
+    starts
+        .into_iter()
+        .zip(keep)
+        .map(|(s, (left, len))| (s, left..left + len))
+        .collect()
 }
 
 /// The part of each window (latents `left .. left + len` of it) that a chunked decode or encode

@@ -297,7 +297,7 @@ impl<'a> StreamingDecoder<'a> {
             Some(s) => Draw::Keyed(s),
             None => Draw::Off,
         };
-        let (_, audio) = self.ae.decode_span(&lat, lo, noise, None)?;
+        let (_, audio) = self.ae.decode_span(&lat, lo, noise, None, None)?;
         let spl = self.ae.samples_per_latent();
         Ok(audio
             .narrow(2, (start - lo) * spl, (end - start) * spl)?

@@ -16,7 +16,7 @@
 //! duration; the audio itself goes to an [`AudioSink`] as it is final, or is gathered into one
 //! tensor ([`AudioOutput::Tensor`]).
 
-use aria_codec::{chunk_starts, StreamingDecoder, WindowedDecoder, CHUNK_LATENTS, CHUNK_OVERLAP};
+use aria_codec::{chunk_windows, StreamingDecoder, WindowedDecoder, CHUNK_LATENTS};
 use aria_core::Tensor;
 
 use super::run::CancelToken;
@@ -211,31 +211,18 @@ impl Pipeline {
         if self.chunked_decode && t >= CHUNK_LATENTS {
             // The official chunked decode, window by window (see `Autoencoder::decode_chunked`).
             let spl = self.ae.samples_per_latent();
-            let starts = chunk_starts(t, CHUNK_LATENTS, CHUNK_OVERLAP);
-            let half = (CHUNK_OVERLAP / 2) * spl;
-            let cs = CHUNK_LATENTS * spl;
-            let n_total = t * spl;
-            for (i, &st) in starts.iter().enumerate() {
+            for (st, keep) in chunk_windows(t) {
                 let win = latents.narrow(2, st, CHUNK_LATENTS)?.contiguous()?;
-                let last = i + 1 == starts.len();
-                let out_start = if last { n_total - cs } else { st * spl };
-                let left = out_start + if i == 0 { 0 } else { half };
-                let right = out_start + if last { cs } else { cs - half };
-                // The part no later window overwrites.
-                let right = match starts.get(i + 1) {
-                    Some(&next) => right.min(next * spl + half),
-                    None => right,
-                };
-                if right > left {
-                    // Only what that part needs of the window (the bits of its whole decode).
-                    let keep = (left - out_start) / spl..(right - out_start).div_ceil(spl);
-                    let (a, at) = self.ae.decode_part(&win, keep, Some(&mut *noise))?;
-                    let part = a.narrow(2, left - out_start - at * spl, right - left)?;
-                    emit(left, &part, right.div_ceil(spl))?;
-                } else {
+                if keep.is_empty() {
                     // Nothing of it is kept; decoded for the noise draws of the later windows.
                     self.ae.decode(&win, Some(&mut *noise))?;
+                    continue;
                 }
+                // The part no later window overwrites, and only what it needs of the window
+                // (the bits of its whole decode).
+                let (a, at) = self.ae.decode_part(&win, keep.clone(), Some(&mut *noise))?;
+                let part = a.narrow(2, (keep.start - at) * spl, keep.len() * spl)?;
+                emit((st + keep.start) * spl, &part, st + keep.end)?;
             }
             return Ok(());
         }
