@@ -112,9 +112,12 @@ pub enum TextPrecision {
     /// f32 arithmetic (the default where the CPU has no AVX-512 BF16; the closest to exact).
     F32,
     /// f32 arithmetic with bf16 matrix-product inputs and f32 accumulation (the default where
-    /// the CPU has AVX-512 BF16: `vdpbf16ps`, twice the f32 rate; elsewhere emulated, with the
-    /// same bits, tens of times slower than f32).
+    /// the CPU has AVX-512 BF16 but no AMX: `vdpbf16ps`; elsewhere emulated, with the same
+    /// bits, tens of times slower than f32).
     Bf16Dot,
+    /// bf16-dot's products on the AMX tile unit (the default where the CPU has AMX-BF16;
+    /// that unit's rounding; an error elsewhere).
+    Bf16Amx,
 }
 
 impl From<TextPrecision> for Precision {
@@ -123,6 +126,7 @@ impl From<TextPrecision> for Precision {
             TextPrecision::Bf16 => Precision::Bf16,
             TextPrecision::F32 => Precision::F32,
             TextPrecision::Bf16Dot => Precision::Bf16Dot,
+            TextPrecision::Bf16Amx => Precision::Bf16Amx,
         }
     }
 }

@@ -333,9 +333,10 @@ fn lora_that_does_not_fit() {
     );
 }
 
-/// `--text-precision`: the default is bf16-dot where the CPU has AVX-512 BF16 and f32
-/// elsewhere; the bf16 replay and the other of the two give other latents. Asking for bf16-dot
-/// where it is only emulated warns (and only then).
+/// `--text-precision`: the default is bf16-amx where the CPU has an AMX-BF16 unit, else
+/// bf16-dot where it has AVX-512 BF16, else f32; the bf16 replay and f32 give other latents.
+/// Asking for bf16-dot where it is only emulated warns (and only then); bf16-amx without the
+/// unit is an error.
 #[test]
 fn text_precision_flag() {
     let d = TempDir::new("cli-precision");
@@ -362,12 +363,24 @@ fn text_precision_flag() {
     let bf16 = run(&["--text-precision", "bf16"], &p("b.safetensors"));
     let f32 = run(&["--text-precision", "f32"], &p("f.safetensors"));
     let dot = run(&["--text-precision", "bf16-dot"], &p("t.safetensors"));
-    if aria_core::nn::Bf16DotWeight::native() {
-        assert_eq!(default, dot);
+    if aria_core::nn::Bf16DotWeight::amx() {
+        let amx = run(&["--text-precision", "bf16-amx"], &p("a.safetensors"));
+        assert_eq!(default, amx);
         assert_ne!(default, f32);
     } else {
-        assert_eq!(default, f32);
-        assert_ne!(default, dot);
+        let out = aria(
+            &gen_args(m, &p("o.wav"), &["--text-precision", "bf16-amx"]),
+            &d,
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("AMX-BF16"), "{err}");
+        if aria_core::nn::Bf16DotWeight::native() {
+            assert_eq!(default, dot);
+            assert_ne!(default, f32);
+        } else {
+            assert_eq!(default, f32);
+            assert_ne!(default, dot);
+        }
     }
     assert_ne!(default, bf16);
     let out = aria(&gen_args(m, &p("o.wav"), &["--text-precision", "f16"]), &d);

@@ -525,6 +525,17 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 },
                 Some(&mut || drop(black_box(ops::linear(&x, &w, None)))),
             )?);
+            // The same panels on the AMX tile unit where the CPU has one (its own rounding).
+            if aria_core::nn::Bf16DotWeight::amx() {
+                rows.push(measure(
+                    format!("linear bf16 AMX (tdpbf16ps) M={m} K={k} N={n}"),
+                    nt,
+                    o.reps,
+                    2.0 * (m * n * k) as f64,
+                    &mut || drop(black_box(p.linear_amx(&x, None))),
+                    Some(&mut || drop(black_box(ops::linear(&x, &w, None)))),
+                )?);
+            }
         }
         let (h, d) = (16usize, 64usize);
         let seqs: &[usize] = if o.quick { &[238] } else { &[238, 452, 1356] };

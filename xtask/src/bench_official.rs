@@ -395,29 +395,36 @@ fn child(model: &Path, seconds: &str, reps: usize) -> Result<(), String> {
     replay.encode_prompts(&[PROMPT]).map_err(|x| e(&x))?;
     let t_replay = best_of(reps, || replay.encode_prompts(&[PROMPT]).map_err(|x| e(&x)))?;
     println!("RESULT text_replay={t_replay:.4}");
-    // The other non-default path: f32 arithmetic, or bf16 products where f32 is the default.
-    // (Not timed where bf16 products would only be emulated: tens of times slower, and never
-    // chosen by default there.)
-    let mut other = text.clone();
-    let enc = other.prompt_mut().encoder_mut();
-    let alt = if enc.precision() == aria::pipeline::Precision::Bf16Dot {
-        Some(aria::pipeline::Precision::F32)
-    } else if aria_core::nn::Bf16DotWeight::native() {
-        Some(aria::pipeline::Precision::Bf16Dot)
-    } else {
-        None
-    };
-    if let Some(alt) = alt {
-        enc.set_precision(alt);
+    // The other paths that run natively here: f32 arithmetic, bf16 products with `vdpbf16ps`,
+    // on the AMX unit (not timed where bf16 products would only be emulated: tens of times
+    // slower, and never chosen by default there).
+    use aria::pipeline::Precision as P;
+    let default = text.prompt().encoder().precision();
+    for (alt, tag, runs) in [
+        (P::F32, "f32", true),
+        (
+            P::Bf16Dot,
+            "bf16dot",
+            aria_core::nn::Bf16DotWeight::native(),
+        ),
+        (P::Bf16Amx, "bf16amx", aria_core::nn::Bf16DotWeight::amx()),
+    ] {
+        if !runs || alt == default {
+            continue;
+        }
+        let mut other = text.clone();
+        other.prompt_mut().encoder_mut().set_precision(alt);
         other.encode_prompts(&[PROMPT]).map_err(|x| e(&x))?;
         let t_other = best_of(reps, || other.encode_prompts(&[PROMPT]).map_err(|x| e(&x)))?;
-        let tag = if alt == aria::pipeline::Precision::F32 {
-            "f32"
-        } else {
-            "bf16dot"
-        };
         println!("RESULT text_{tag}={t_other:.4}");
     }
+    let tag = match default {
+        P::F32 => "f32",
+        P::Bf16Dot => "bf16-dot",
+        P::Bf16Amx => "bf16-amx",
+        P::Bf16 => "bf16",
+    };
+    println!("RESULT text_default_{tag}=1");
     // What a request pays on top when the pages (and packed matrices) were released after the
     // previous one, as generate() does by default: the encode with its packing.
     let t_cold = best_of(reps, || {
@@ -606,7 +613,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
     }
     if o.components {
         row("load", "load", off_ref, &aria);
-        row("text encode (default path)", "text", off_ref, &aria);
+        let default = ["f32", "bf16-dot", "bf16-amx", "bf16"]
+            .into_iter()
+            .find(|t| aria.get(&format!("text_default_{t}")).is_some())
+            .unwrap_or("?");
+        row(
+            &format!("text encode (default path: aria {default})"),
+            "text",
+            off_ref,
+            &aria,
+        );
         row_vs(
             "text encode (aria: bf16 replay)",
             "text",
@@ -616,7 +632,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
         );
         for (label, k) in [
             ("text encode (aria: f32)", "text_f32"),
-            ("text encode (aria: bf16 products)", "text_bf16dot"),
+            (
+                "text encode (aria: bf16 products, vdpbf16ps)",
+                "text_bf16dot",
+            ),
+            ("text encode (aria: bf16 products, AMX)", "text_bf16amx"),
             (
                 "text encode (aria default, pages released before)",
                 "text_released",

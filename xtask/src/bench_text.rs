@@ -13,7 +13,7 @@
 //!
 //! Options: `--reps N` (timed repetitions after one warm-up; default 5), `--threads A,B`
 //! (default 1,2), `--len L` (prompt tokens; default 256), `--paths P,Q` (any of `default`,
-//! `copy`, `replay`, `dot`; default all four), `--keep` (keep the weights folder).
+//! `copy`, `replay`, `dot`, `amx`; default all five), `--keep` (keep the weights folder).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -46,6 +46,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "copy".into(),
             "replay".into(),
             "dot".into(),
+            "amx".into(),
         ],
         keep: false,
     };
@@ -66,10 +67,10 @@ fn parse(args: &[String]) -> Result<Opts, String> {
                 if let Some(p) = o
                     .paths
                     .iter()
-                    .find(|p| !["default", "copy", "replay", "dot"].contains(&p.as_str()))
+                    .find(|p| !["default", "copy", "replay", "dot", "amx"].contains(&p.as_str()))
                 {
                     return Err(format!(
-                        "--paths: `{p}` is not default, copy, replay or dot"
+                        "--paths: `{p}` is not default, copy, replay, dot or amx"
                     ));
                 }
             }
@@ -239,6 +240,8 @@ fn bench(o: &Opts, dir: &Path) -> Result<(), String> {
     let mut enc_dot = enc.clone();
     enc_dot.set_precision(Precision::Bf16Dot);
     enc_dot.prepare().map_err(|e| e.to_string())?;
+    let mut enc_amx = enc.clone();
+    enc_amx.set_precision(Precision::Bf16Amx);
     let cfg: T5GemmaConfig = enc.config().clone();
     let file = dir.join("model.safetensors");
     let loader = WeightLoader::open_checkpoint(&file).map_err(|e| e.to_string())?;
@@ -257,7 +260,7 @@ fn bench(o: &Opts, dir: &Path) -> Result<(), String> {
         o.len, o.reps
     );
     println!(
-        "{:>7} | {:>12} {:>8} {:>8} | {:>12} {:>8} | {:>7} | {:>14} {:>8} | {:>7} | {:>13} {:>8} | {:>7}",
+        "{:>7} | {:>12} {:>8} {:>8} | {:>12} {:>8} | {:>7} | {:>14} {:>8} | {:>7} | {:>13} {:>8} | {:>7} | {:>13} {:>8} | {:>7}",
         "threads",
         "default (s)",
         "GFLOP/s",
@@ -271,6 +274,9 @@ fn bench(o: &Opts, dir: &Path) -> Result<(), String> {
         "bf16-dot (s)",
         "GFLOP/s",
         "dot/dft",
+        "bf16-amx (s)",
+        "GFLOP/s",
+        "amx/dft",
     );
     let want = |p: &str| o.paths.iter().any(|q| q == p);
     let cell = |v: Option<f64>, w: usize, prec: usize| match v {
@@ -299,10 +305,16 @@ fn bench(o: &Opts, dir: &Path) -> Result<(), String> {
         } else {
             None
         };
+        // Only where the CPU has an AMX-BF16 unit.
+        let am = if want("amx") && aria_core::nn::Bf16DotWeight::amx() {
+            Some(time(&enc_amx, &ids, &mask, n, o.reps)?.0)
+        } else {
+            None
+        };
         let td = t.map(|v| v.0);
         let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
         println!(
-            "{n:>7} | {} {} {} | {} {} | {} | {} {} | {} | {} {} | {}",
+            "{n:>7} | {} {} {} | {} {} | {} | {} {} | {} | {} {} | {} | {} {} | {}",
             cell(td, 12, 3),
             cell(td.map(|v| gflop / v), 8, 1),
             cell(t.map(|v| v.1), 8, 2),
@@ -315,6 +327,9 @@ fn bench(o: &Opts, dir: &Path) -> Result<(), String> {
             cell(d, 13, 3),
             cell(d.map(|v| gflop / v), 8, 1),
             cell(ratio(d, td), 7, 2),
+            cell(am, 13, 3),
+            cell(am.map(|v| gflop / v), 8, 1),
+            cell(ratio(am, td), 7, 2),
         );
     }
     println!("(wall-clock medians; cpu s: CPU seconds per forward over all threads, a check on contention;");
@@ -324,6 +339,7 @@ fn bench(o: &Opts, dir: &Path) -> Result<(), String> {
     );
     println!(" orders included (`Precision::Bf16`); bf16-dot: bf16 products with f32 accumulation");
     println!(" (`Precision::Bf16Dot`, `vdpbf16ps` where the CPU has AVX-512 BF16; \"-\" elsewhere, where it is emulated);");
+    println!(" bf16-amx: the same products on the AMX tile unit (`Precision::Bf16Amx`; \"-\" without one);");
     println!(" `bench official` compares with the official code)");
     Ok(())
 }

@@ -60,7 +60,7 @@ fn encoder_resident(precision: Precision) {
     let lin = match precision {
         Precision::F32 => "linear",
         Precision::Bf16 => "torch_bf16_linear",
-        Precision::Bf16Dot => unreachable!("bf16-dot runs on the CPU only"),
+        Precision::Bf16Dot | Precision::Bf16Amx => unreachable!("bf16 panels are CPU only"),
     };
     assert_eq!(c.ops.get(lin), Some(&(7 * layers)), "{:?}", c.ops);
     assert!(!out.device().is_cpu());

@@ -86,11 +86,16 @@ pub fn model_info(files: &ModelFiles) -> Result<ModelInfo> {
         None => embed_bf16,
     };
     let default = crate::pipeline::default_text_precision(crate::pipeline::DeviceKind::Cpu);
-    let arith = if default == aria_dit::t5gemma::Precision::Bf16Dot {
-        "bf16 products with f32 accumulation (this CPU has AVX-512 BF16; --text-precision f32 \
-         computes in f32)"
-    } else {
-        "f32"
+    let arith = match default {
+        aria_dit::t5gemma::Precision::Bf16Amx => {
+            "bf16 products with f32 accumulation on the AMX tile unit (this CPU has AMX-BF16; \
+             --text-precision f32 computes in f32)"
+        }
+        aria_dit::t5gemma::Precision::Bf16Dot => {
+            "bf16 products with f32 accumulation (this CPU has AVX-512 BF16; --text-precision \
+             f32 computes in f32)"
+        }
+        _ => "f32",
     };
     let text_arith = if bf16 {
         format!("{arith}, on the bf16 weights (the reference computes in bf16; --text-precision bf16 replays it)")

@@ -16,7 +16,11 @@
 //! high half for an odd K). A goes into micro-panels of [`MR`] rows (tile `t`, pair `p`, row `r`
 //! at `(t·KP + p)·MR + r`, rows past M zero), so a tile's broadcasts read consecutive words;
 //! W into panels of [`NR`] output columns, panel `j` holding for every pair `p` the [`NR`]
-//! columns' pairs next to each other (zero-padded past N).
+//! columns' pairs next to each other (zero-padded past N, and past K to a multiple of 16 pairs,
+//! the depth of a tile of the AMX product, which uses the same panels).
+//!
+//! [`Kernel::Amx`] multiplies on the AMX tile unit instead: the same inputs and accumulation
+//! order per output, but the unit's own rounding inside each tile product, so its bits are its own.
 
 use rayon::prelude::*;
 
@@ -122,11 +126,42 @@ pub fn pack_a(src: &[f32], lda: usize, rows: usize, k: usize, out: &mut [u32]) {
         );
 }
 
+/// Which kernel multiplies in [`matmul`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// The scalar emulation of `vdpbf16ps`: the documented arithmetic on every CPU.
+    Emulated,
+    /// `vdpbf16ps` where [`native`] holds, else the emulation: the same bits either way.
+    Native,
+    /// The AMX tile unit where [`amx_available`] holds (else [`Kernel::Native`]): its own bits.
+    Amx,
+}
+
+/// Whether this CPU and OS run [`Kernel::Amx`] (AMX-TILE and AMX-BF16, Linux granting the
+/// tile state; asked for once).
+pub fn amx_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        super::amx::available()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Pairs per panel column for `k` inputs: `⌈k/2⌉` rounded up to a multiple of 16.
+fn padded_pairs(k: usize) -> usize {
+    k.div_ceil(2).div_ceil(16) * 16
+}
+
 /// A weight `[N, K]` in bf16 panels for [`matmul`].
 #[derive(Clone)]
 pub struct Bf16Panels {
     n: usize,
     k: usize,
+    /// Pairs per panel column (`⌈K/2⌉` padded with zero pairs to a multiple of 16).
+    kps: usize,
     data: Vec<u32>,
 }
 
@@ -140,10 +175,10 @@ impl Bf16Panels {
     /// Pack `n` rows of `k` bf16 values; `row(i, out)` writes the bits of row `i` into
     /// `out[..k]` (on the current rayon pool, a panel per task).
     pub fn from_rows(n: usize, k: usize, row: impl Fn(usize, &mut [u16]) + Sync) -> Bf16Panels {
-        let kp = k.div_ceil(2);
-        let mut data = vec![0u32; n.div_ceil(NR) * kp * NR];
+        let (kp, kps) = (k.div_ceil(2), padded_pairs(k));
+        let mut data = vec![0u32; n.div_ceil(NR) * kps * NR];
         if !data.is_empty() {
-            data.par_chunks_mut(kp * NR).enumerate().for_each_init(
+            data.par_chunks_mut(kps * NR).enumerate().for_each_init(
                 || vec![0u16; 2 * kp],
                 |buf, (j, panel)| {
                     for c in 0..NR.min(n - j * NR) {
@@ -157,7 +192,23 @@ impl Bf16Panels {
                 },
             );
         }
-        Bf16Panels { n, k, data }
+        Bf16Panels { n, k, kps, data }
+    }
+
+    pub(super) fn n(&self) -> usize {
+        self.n
+    }
+
+    pub(super) fn k(&self) -> usize {
+        self.k
+    }
+
+    pub(super) fn kps(&self) -> usize {
+        self.kps
+    }
+
+    pub(super) fn data(&self) -> &[u32] {
+        &self.data
     }
 
     /// `[N, K]`.
@@ -172,9 +223,9 @@ impl Bf16Panels {
 
     /// Row `i` of the weight as f32 (`out[..K]`).
     pub fn row(&self, i: usize, out: &mut [f32]) {
-        let kp = self.k.div_ceil(2);
+        let kps = self.kps;
         let (j, c) = (i / NR, i % NR);
-        let panel = &self.data[j * kp * NR..(j + 1) * kp * NR];
+        let panel = &self.data[j * kps * NR..(j + 1) * kps * NR];
         for (kk, o) in out[..self.k].iter_mut().enumerate() {
             let w = panel[(kk / 2) * NR + c];
             let h = if kk % 2 == 0 { w & 0xffff } else { w >> 16 };
@@ -188,12 +239,12 @@ struct CPtr(*mut f32);
 // SAFETY: the tasks write disjoint blocks of C (see `matmul`), and C outlives them.
 unsafe impl Sync for CPtr {}
 
-/// `c[M, N] = a[M, K] · Wᵀ (+ bias)`, `a[i][kk] = a[i·lda + kk]`, with the `vdpbf16ps` kernel
-/// when `native` (and [`native`] holds) else the scalar emulation: the same bits either way.
-/// Runs on the current rayon pool.
+/// `c[M, N] = a[M, K] · Wᵀ (+ bias)`, `a[i][kk] = a[i·lda + kk]`, with `kernel`
+/// ([`Kernel::Native`] and [`Kernel::Emulated`] give the same bits). Runs on the current rayon
+/// pool.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(
-    native_kernel: bool,
+    kernel: Kernel,
     m: usize,
     a: &[f32],
     lda: usize,
@@ -216,9 +267,15 @@ pub fn matmul(
         }
         return;
     }
-    let use_native = native_kernel && native();
+    #[cfg(target_arch = "x86_64")]
+    if kernel == Kernel::Amx && amx_available() {
+        super::amx::matmul(m, a, lda, w, bias, c);
+        return;
+    }
+    let use_native = kernel != Kernel::Emulated && native();
     #[cfg(not(target_arch = "x86_64"))]
     let _ = use_native;
+    let kps = w.kps;
     let mut ap = vec![0u32; m.div_ceil(MR) * kp * MR];
     pack_a(a, lda, m, k, &mut ap);
     let npanels = n.div_ceil(NR);
@@ -233,7 +290,7 @@ pub fn matmul(
             let kc = KCP.min(kp - k0);
             for j in j0..(j0 + NBP).min(npanels) {
                 let nc = NR.min(n - j * NR);
-                let panel = &w.data[(j * kp + k0) * NR..(j * kp + k0 + kc) * NR];
+                let panel = &w.data[(j * kps + k0) * NR..(j * kps + k0 + kc) * NR];
                 for r0 in (0..mb).step_by(MR) {
                     let mr = MR.min(mb - r0);
                     let t0 = (m0 + r0) / MR;
@@ -460,7 +517,7 @@ mod tests {
             let b = lcg(4, n, 1.0);
             let p = panels(&w, n, k);
             let mut got = vec![f32::NAN; m * n];
-            matmul(false, m, &a, k, &p, Some(&b), &mut got);
+            matmul(Kernel::Emulated, m, &a, k, &p, Some(&b), &mut got);
             for i in 0..m {
                 for j in 0..n {
                     let mut s = 0f32;
@@ -496,15 +553,19 @@ mod tests {
         let w = lcg(6, n * k, 0.2);
         let p = panels(&w, n, k);
         let mut want = vec![0f32; m * n];
-        crate::threads::with_threads(1, || matmul(false, m, &a, k, &p, None, &mut want))
-            .expect("pool");
+        crate::threads::with_threads(1, || {
+            matmul(Kernel::Emulated, m, &a, k, &p, None, &mut want)
+        })
+        .expect("pool");
         if !native() {
             eprintln!("SKIPPED (native part): this CPU has no AVX-512 BF16");
         }
         for t in [1, 2, 3] {
             let mut got = vec![0f32; m * n];
-            crate::threads::with_threads(t, || matmul(true, m, &a, k, &p, None, &mut got))
-                .expect("pool");
+            crate::threads::with_threads(t, || {
+                matmul(Kernel::Native, m, &a, k, &p, None, &mut got)
+            })
+            .expect("pool");
             let same = got
                 .iter()
                 .zip(&want)
@@ -522,7 +583,7 @@ mod tests {
         let w = lcg(8, n * k, 1.0);
         let p = panels(&w, n, k);
         let mut got = vec![0f32; m * n];
-        matmul(true, m, &a, k, &p, None, &mut got);
+        matmul(Kernel::Native, m, &a, k, &p, None, &mut got);
         let r = |x: f32| f64::from(f32::from_bits(u32::from(to_bf16(x)) << 16));
         let mut row = vec![0f32; k];
         for j in 0..n {
@@ -539,6 +600,74 @@ mod tests {
                     .sum();
                 let err = (f64::from(got[i * n + j]) - exact).abs();
                 assert!(err <= 1e-5 * scale, "({i},{j}) {err:e} of {scale:e}");
+            }
+        }
+    }
+
+    /// The AMX product (where the CPU has it): within f32 accumulation of the f64 product of
+    /// the rounded inputs, with the bias, for edge sizes (odd K, K past a 16-pair tile, M and N
+    /// not multiples of a tile or a task); the same bits for any thread count; close to the
+    /// documented chain.
+    #[test]
+    fn amx_kernel_is_accurate_and_thread_invariant() {
+        if !amx_available() {
+            eprintln!("SKIPPED: this CPU (or OS) has no AMX-BF16 tile unit");
+            return;
+        }
+        let r = |x: f32| f64::from(f32::from_bits(u32::from(to_bf16(x)) << 16));
+        for &(m, k, n) in &[
+            (1, 1, 1),
+            (13, 7, 33),
+            (97, 300, 65),
+            (5, 513, 31),
+            (200, 64, 130),
+            (301, 770, 200),
+            (33, 2048, 17),
+        ] {
+            let a = lcg(11, m * k, 2.0);
+            let w = lcg(12, n * k, 0.5);
+            let b = lcg(13, n, 1.0);
+            let p = panels(&w, n, k);
+            let mut got = vec![f32::NAN; m * n];
+            matmul(Kernel::Amx, m, &a, k, &p, Some(&b), &mut got);
+            let mut chain = vec![0f32; m * n];
+            matmul(Kernel::Emulated, m, &a, k, &p, Some(&b), &mut chain);
+            let mut differ = 0usize;
+            for i in 0..m {
+                for j in 0..n {
+                    let exact: f64 = (0..k).map(|kk| r(a[i * k + kk]) * r(w[j * k + kk])).sum();
+                    let scale: f64 = (0..k)
+                        .map(|kk| (r(a[i * k + kk]) * r(w[j * k + kk])).abs())
+                        .sum();
+                    let g = f64::from(got[i * n + j]) - f64::from(b[j]);
+                    let err = (g - exact).abs();
+                    assert!(
+                        err <= 1e-5 * scale + 1e-6,
+                        "{m}x{k}x{n} ({i},{j}) {err:e} of {scale:e}"
+                    );
+                    let d = (got[i * n + j] - chain[i * n + j]).abs();
+                    assert!(
+                        d as f64 <= 2e-5 * (scale + 1.0),
+                        "{m}x{k}x{n} ({i},{j}) vs chain {d:e}"
+                    );
+                    differ += usize::from(got[i * n + j].to_bits() != chain[i * n + j].to_bits());
+                }
+            }
+            eprintln!(
+                "{m}x{k}x{n}: {differ} of {} outputs differ from the vdpbf16ps chain",
+                m * n
+            );
+            for t in [1, 2, 3] {
+                let mut again = vec![0f32; m * n];
+                crate::threads::with_threads(t, || {
+                    matmul(Kernel::Amx, m, &a, k, &p, Some(&b), &mut again)
+                })
+                .expect("pool");
+                let same = again
+                    .iter()
+                    .zip(&got)
+                    .all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same, "{m}x{k}x{n}: {t} threads");
             }
         }
     }

@@ -21,6 +21,7 @@
 //! |---|---|---|
 //! | `linear`, `matmul`, `conv1d`, `attention` (incl. differential, banded, chunked) | `gemm_tile`, `dot` | within 2e-6 (FMA, blocked sums) |
 //! | [`nn::Bf16DotWeight`](crate::nn::Bf16DotWeight) products (bf16 inputs, f32 accumulation) | [`bf16dot`]: `vdpbf16ps` (AVX-512 BF16) or its scalar emulation | bit-identical |
+//! | the same products on the AMX tile unit ([`bf16dot::Kernel::Amx`], AMX-BF16) | `tdpbf16ps` | the unit's own rounding; within f32 accumulation of f64 |
 //! | `softmax_last`, attention probabilities | `max`, `exp_sub_sum`, `scale` | within 1e-6 |
 //! | attention logit soft-capping | `softcap` | vector `tanh`, 3 ulp |
 //! | `rms_norm`, `rms_norm_modulate`, `split_heads` QK-norm | `sumsq` + `norm_gain`, `norm_gain1p`, `norm_gain_modulate` | per element bit-identical; the sum of squares is blocked per path |
@@ -46,6 +47,8 @@
 use std::cell::Cell;
 use std::sync::OnceLock;
 
+#[cfg(target_arch = "x86_64")]
+mod amx;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]

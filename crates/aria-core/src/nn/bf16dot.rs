@@ -101,6 +101,26 @@ impl Bf16DotWeight {
     pub fn native() -> bool {
         bf16dot::native()
     }
+
+    /// Whether this CPU runs [`Bf16DotWeight::linear_amx`] on the AMX tile unit (AMX-BF16, and
+    /// Linux granting the tile state to the process).
+    pub fn amx() -> bool {
+        bf16dot::amx_available()
+    }
+
+    /// `x · Wᵀ (+ bias)` on the AMX tile unit: the same bf16 inputs and per-output accumulation
+    /// order as [`PackedWeight::linear`], with the unit's own rounding inside each tile product
+    /// (so not the same bits; f32-accumulation accuracy, and the same bits for any thread
+    /// count). An error where [`Bf16DotWeight::amx`] does not hold.
+    pub fn linear_amx(&self, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        if !Self::amx() {
+            return Err(CoreError::Unsupported {
+                op: "bf16 AMX linear",
+                backend: "cpu (no AMX-BF16 tile unit granted)".into(),
+            });
+        }
+        self.product(bf16dot::Kernel::Amx, x, bias)
+    }
 }
 
 impl PackedWeight for Bf16DotWeight {
@@ -117,6 +137,32 @@ impl PackedWeight for Bf16DotWeight {
     }
 
     fn linear(&self, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        let kernel = if cpu::current() == cpu::Isa::Avx512 {
+            bf16dot::Kernel::Native
+        } else {
+            bf16dot::Kernel::Emulated
+        };
+        self.product(kernel, x, bias)
+    }
+
+    fn dequantize(&self) -> Result<Tensor> {
+        let [n, k] = self.panels.shape();
+        let mut v = vec![0f32; n * k];
+        for (i, row) in v.chunks_exact_mut(k.max(1)).enumerate().take(n) {
+            self.panels.row(i, row);
+        }
+        Tensor::from_vec(v, &[n, k])
+    }
+}
+
+impl Bf16DotWeight {
+    /// The checked product with `kernel`.
+    fn product(
+        &self,
+        kernel: bf16dot::Kernel,
+        x: &Tensor,
+        bias: Option<&Tensor>,
+    ) -> Result<Tensor> {
         let [n, k] = self.panels.shape();
         let xs = x.shape();
         if xs.last() != Some(&k) {
@@ -151,25 +197,15 @@ impl PackedWeight for Bf16DotWeight {
         let m: usize = xs[..xs.len() - 1].iter().product();
         let xd = f32_data(x)?;
         let bd = bias.map(f32_data).transpose()?;
-        let native = cpu::current() == cpu::Isa::Avx512;
         let mut out = vec![0f32; m * n];
         threads::install(|| {
-            bf16dot::matmul(native, m, &xd, k, &self.panels, bd.as_deref(), &mut out)
+            bf16dot::matmul(kernel, m, &xd, k, &self.panels, bd.as_deref(), &mut out)
         });
         let mut shape = xs.to_vec();
         if let Some(l) = shape.last_mut() {
             *l = n;
         }
         Tensor::from_vec(out, &shape)
-    }
-
-    fn dequantize(&self) -> Result<Tensor> {
-        let [n, k] = self.panels.shape();
-        let mut v = vec![0f32; n * k];
-        for (i, row) in v.chunks_exact_mut(k.max(1)).enumerate().take(n) {
-            self.panels.row(i, row);
-        }
-        Tensor::from_vec(v, &[n, k])
     }
 }
 

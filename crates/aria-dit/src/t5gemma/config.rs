@@ -24,12 +24,27 @@ pub enum Precision {
     /// has the instruction (the pipeline's default there), and still closer to exact arithmetic
     /// than the reference's bf16 path. CPU only.
     Bf16Dot,
+    /// [`Precision::Bf16Dot`]'s products (the same packed bf16 panels, inputs rounded to bf16,
+    /// f32 accumulation in the same order per output) on the AMX tile unit of CPUs with
+    /// AMX-BF16 ([`aria_core::nn::Bf16DotWeight::linear_amx`], several times the `vdpbf16ps`
+    /// rate): the unit rounds inside each tile product in its own way, so the bits are those
+    /// of that unit (the same for any thread count; as accurate as [`Precision::Bf16Dot`]).
+    /// The pipeline's default where the CPU has the unit; an error to encode with elsewhere.
+    Bf16Amx,
     /// A replay of PyTorch's bf16 CPU arithmetic on AVX2-class CPUs (no AVX-512 BF16), bit for
     /// bit: every result rounded to bf16 where its kernels round, in their summation orders
     /// (see [`aria_core::ops::torch_bf16`]). It reproduces the reference's conditioning
     /// exactly where the reference runs those kernels; CPUs with AVX-512 BF16 run other
     /// kernels in PyTorch (and differ from this replay by ~3e-4).
     Bf16,
+}
+
+impl Precision {
+    /// Whether the encoder multiplies on weights packed into bf16 panels
+    /// ([`Precision::Bf16Dot`], [`Precision::Bf16Amx`]).
+    pub fn packs_bf16(self) -> bool {
+        matches!(self, Precision::Bf16Dot | Precision::Bf16Amx)
+    }
 }
 
 /// Which attention implementation the reference would use (decides the logit soft-cap).

@@ -25,7 +25,9 @@
 //! everywhere but rounds the inputs of the matrix products to bf16 and multiplies them in pairs
 //! with f32 accumulation (`vdpbf16ps` where the CPU has AVX-512 BF16, at twice the f32 rate;
 //! the matrices are packed once into bf16 panels, [`T5GemmaEncoder::prepare`]); it is what the
-//! pipeline runs by default on such CPUs. [`Precision::Bf16`] replays the reference's bf16 arithmetic as
+//! pipeline runs by default on such CPUs without an AMX unit. [`Precision::Bf16Amx`] runs the
+//! same products on the AMX tile unit (the default where the CPU has AMX-BF16), with that
+//! unit's rounding. [`Precision::Bf16`] replays the reference's bf16 arithmetic as
 //! PyTorch computes it on AVX2-class CPUs (f32 kernels, every result rounded to bf16 where
 //! PyTorch's CPU kernels round, in their summation orders: the ops of
 //! [`aria_core::ops::torch_bf16`]), so that a whole `generate()` can be replayed exactly; it is
@@ -173,7 +175,7 @@ impl RopeTables {
     }
 }
 
-/// One layer's matrices packed for [`Precision::Bf16Dot`]: the query, key and value
+/// One layer's matrices packed for [`Precision::Bf16Dot`] and [`Precision::Bf16Amx`]: the query, key and value
 /// projections as one product, the output projection, the MLP's up and gate projections as one
 /// product (`[up; gate]`, the order [`ops::glu`] splits), the down projection. `None` where a
 /// matrix is packed in another format already, or has a bias (the layer's own path runs).
@@ -427,7 +429,7 @@ impl T5GemmaEncoder {
     /// [`Self::encode`] reads the weights from the file again (from the page cache when it
     /// still holds them). Returns the bytes released.
     ///
-    /// The matrices packed for [`Precision::Bf16Dot`] are dropped too (the next encode packs
+    /// The matrices packed for [`Precision::Bf16Dot`] (or [`Precision::Bf16Amx`]) are dropped too (the next encode packs
     /// them again from the file).
     pub fn release_pages(&self) -> Result<usize> {
         let mut n = self.dot.clear();
@@ -498,7 +500,7 @@ impl T5GemmaEncoder {
     /// arithmetic; [`Precision::Bf16Dot`]: bf16 products with f32 accumulation, packed on the
     /// next [`Self::encode`] or by [`Self::prepare`]).
     pub fn set_precision(&mut self, p: Precision) {
-        if p != Precision::Bf16Dot {
+        if !p.packs_bf16() {
             self.dot.clear();
         }
         self.precision = p;
@@ -510,7 +512,7 @@ impl T5GemmaEncoder {
     /// bytes packed (0 when nothing was to be done). An error for a [`Precision::Bf16Dot`]
     /// encoder on a device backend.
     pub fn prepare(&self) -> Result<usize> {
-        if self.precision != Precision::Bf16Dot {
+        if !self.precision.packs_bf16() {
             return Ok(0);
         }
         Ok(self.dot_weights()?.iter().map(LayerDot::nbytes).sum())
@@ -580,7 +582,7 @@ impl T5GemmaEncoder {
         );
         let softcap = self.softcap();
         let dot = match self.precision {
-            Precision::Bf16Dot => Some(self.dot_weights()?),
+            Precision::Bf16Dot | Precision::Bf16Amx => Some(self.dot_weights()?),
             _ => None,
         };
         let ar = Arith {
@@ -629,6 +631,24 @@ impl T5GemmaEncoder {
         let heads = |t: Tensor, n: usize| -> Result<Tensor> {
             Ok(t.reshape(&[b, l, n, hd])?.transpose(1, 2)?)
         };
+        let amx = self.precision == Precision::Bf16Amx;
+        if amx && !Bf16DotWeight::amx() {
+            return Err(DitError::Input {
+                what: "T5Gemma".into(),
+                reason: "bf16-amx precision needs a CPU with an AMX-BF16 tile unit (and an OS \
+                         that grants it); use bf16-dot or f32 here"
+                    .into(),
+            });
+        }
+        // A product on packed bf16 panels: on the AMX unit for Bf16Amx, else `vdpbf16ps` (or
+        // its emulation).
+        let dl = |w: &Bf16DotWeight, x: &Tensor| -> Result<Tensor> {
+            Ok(if amx {
+                w.linear_amx(x, None)?
+            } else {
+                w.linear(x, None)?
+            })
+        };
         for (li, layer) in self.layers.iter().enumerate() {
             let ld = dot.as_deref().map(|d| &d[li]);
             // Self-attention block.
@@ -636,7 +656,7 @@ impl T5GemmaEncoder {
             let u = ar.norm(&x, &layer.pre_self_attn_layernorm)?;
             let (q, k, v) = match ld.and_then(|d| d.qkv.as_ref()) {
                 Some(w) => {
-                    let y = w.linear(&u, None)?;
+                    let y = dl(w, &u)?;
                     let (nq, nk) = (nh * hd, nkv * hd);
                     (
                         y.narrow(2, 0, nq)?,
@@ -672,7 +692,7 @@ impl T5GemmaEncoder {
             let a = ar.attention(&q, &k, &v, &opts)?;
             let a = a.transpose(1, 2)?.contiguous()?.reshape(&[b, l, nh * hd])?;
             let o = match ld.and_then(|d| d.o.as_ref()) {
-                Some(w) => w.linear(&a, None)?,
+                Some(w) => dl(w, &a)?,
                 None => ar.linear(&at.o_proj, &a)?,
             };
             let o = ar.norm(&o, &layer.post_self_attn_layernorm)?;
@@ -681,14 +701,14 @@ impl T5GemmaEncoder {
             let m = &layer.mlp;
             let u = ar.norm(&x, &layer.pre_feedforward_layernorm)?;
             let h = match ld.and_then(|d| d.up_gate.as_ref()) {
-                Some(w) => ops::glu(&w.linear(&u, None)?, ops::GluAct::GeluTanh)?,
+                Some(w) => ops::glu(&dl(w, &u)?, ops::GluAct::GeluTanh)?,
                 None => {
                     let g = ar.gelu_tanh(&ar.linear(&m.gate_proj, &u)?)?;
                     ar.mul(&g, &ar.linear(&m.up_proj, &u)?)?
                 }
             };
             let f = match ld.and_then(|d| d.down.as_ref()) {
-                Some(w) => w.linear(&h, None)?,
+                Some(w) => dl(w, &h)?,
                 None => ar.linear(&m.down_proj, &h)?,
             };
             let f = ar.norm(&f, &layer.post_feedforward_layernorm)?;

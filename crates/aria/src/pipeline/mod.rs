@@ -76,10 +76,15 @@ pub enum DeviceKind {
 }
 
 /// The text encoder's arithmetic when [`LoadOptions::text_precision`] is `None`: on the CPU,
-/// [`Precision::Bf16Dot`] where the CPU has AVX-512 BF16 (`vdpbf16ps`, twice the f32 rate) and
-/// [`Precision::F32`] elsewhere (where bf16 products would only be emulated); on a GPU, f32.
+/// [`Precision::Bf16Amx`] where the CPU has an AMX-BF16 tile unit (several times the
+/// `vdpbf16ps` rate), else [`Precision::Bf16Dot`] where it has AVX-512 BF16 (`vdpbf16ps`), else
+/// [`Precision::F32`] (where bf16 products would only be emulated); on a GPU, f32.
 pub fn default_text_precision(device: DeviceKind) -> Precision {
-    if device == DeviceKind::Cpu && aria_core::nn::Bf16DotWeight::native() {
+    if device != DeviceKind::Cpu {
+        Precision::F32
+    } else if aria_core::nn::Bf16DotWeight::amx() {
+        Precision::Bf16Amx
+    } else if aria_core::nn::Bf16DotWeight::native() {
         Precision::Bf16Dot
     } else {
         Precision::F32
