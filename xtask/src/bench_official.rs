@@ -104,10 +104,17 @@ pub fn machine_line() -> String {
     };
     let flags = field("flags").unwrap_or_default();
     let have: Vec<&str> = flags.split_whitespace().collect();
-    let isa: Vec<String> = ["avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni"]
-        .iter()
-        .map(|f| format!("{f}={}", if have.contains(f) { "yes" } else { "no" }))
-        .collect();
+    let isa: Vec<String> = [
+        "avx2",
+        "fma",
+        "avx512f",
+        "avx512_bf16",
+        "avx512_vnni",
+        "amx_bf16",
+    ]
+    .iter()
+    .map(|f| format!("{f}={}", if have.contains(f) { "yes" } else { "no" }))
+    .collect();
     format!(
         "{} ; {} CPUs ; {}",
         field("model name").unwrap_or_else(|| "unknown CPU".into()),
