@@ -152,6 +152,15 @@ fn parity(model: &str) {
     assert!(rel_err(&sdpa, &eager) > 4.0 * TOL);
 }
 
+/// The encoder's output for `ids`/`mask` on `n` threads.
+fn on_threads(enc: &T5GemmaEncoder, ids: &Tensor, mask: &Tensor, n: usize) -> Vec<f32> {
+    aria_core::threads::with_threads(n, || enc.forward(ids, mask))
+        .unwrap()
+        .unwrap()
+        .to_vec_f32()
+        .unwrap()
+}
+
 /// bf16 products with f32 accumulation: at least as accurate against the fp64 evaluation as
 /// the official bf16 default (and within its 8e-3), on every kernel path (the scalar emulation
 /// of `vdpbf16ps` and, where the CPU has it, the instruction); the same bits for 1 and 2
@@ -190,13 +199,7 @@ fn bf16_dot(model: &str) {
         // Not the f32 result: the products do round their inputs.
         assert!(rel_err(&o, &f32_out) > 1e-5, "{model} ({isa:?})");
     }
-    let run = |n: usize| {
-        aria_core::threads::with_threads(n, || enc.forward(&ids, &mask))
-            .unwrap()
-            .unwrap()
-            .to_vec_f32()
-            .unwrap()
-    };
+    let run = |n: usize| on_threads(&enc, &ids, &mask, n);
     let one = run(1);
     assert!(one
         .iter()
@@ -229,13 +232,7 @@ fn bf16_amx(model: &str) {
     let exact = get(&t, "t5_last_hidden.fp64_eager").to_vec_f32().unwrap();
     let official = get(&t, "t5_last_hidden.default").to_vec_f32().unwrap();
     let official_err = rel_err(&official, &exact);
-    let run = |n: usize| {
-        aria_core::threads::with_threads(n, || enc.forward(&ids, &mask))
-            .unwrap()
-            .unwrap()
-            .to_vec_f32()
-            .unwrap()
-    };
+    let run = |n: usize| on_threads(&enc, &ids, &mask, n);
     let one = run(1);
     let e = rel_err(&one, &exact);
     let dot = {

@@ -15,7 +15,7 @@
 
 use rayon::prelude::*;
 
-use super::bf16dot::{to_bf16, Bf16Panels, NR};
+use super::bf16dot::{to_bf16, Bf16Panels, CPtr, NR};
 
 /// Rows (and columns) of a tile of C; a tile of A holds [`TK`] pairs of each of its rows.
 const T: usize = 16;
@@ -133,11 +133,6 @@ unsafe fn pack_row_avx512(src: &[f32], dst: &mut [u32]) {
         _mm512_storeu_si512(dst.as_mut_ptr() as *mut __m512i, v);
     }
 }
-
-/// A raw pointer to C shared by the tasks, each writing its own block.
-struct CPtr(*mut f32);
-// SAFETY: the tasks write disjoint blocks of C (see `matmul`), and C outlives them.
-unsafe impl Sync for CPtr {}
 
 /// `c[M, N] = a[M, K] · Wᵀ (+ bias)` on the AMX unit (on the current rayon pool). The caller
 /// checked [`available`], that `c` holds `m·n` elements, `a` `m` rows of `lda ≥ K`, and that

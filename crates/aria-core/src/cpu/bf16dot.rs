@@ -234,9 +234,11 @@ impl Bf16Panels {
     }
 }
 
-/// A raw pointer to C shared by the tasks, each writing its own block.
-struct CPtr(*mut f32);
-// SAFETY: the tasks write disjoint blocks of C (see `matmul`), and C outlives them.
+/// A raw pointer to C shared by the tasks, each writing its own block (also for the AMX
+/// product).
+pub(super) struct CPtr(pub(super) *mut f32);
+// SAFETY: the tasks write disjoint blocks of C (see `matmul` here and in `amx`), and C
+// outlives them.
 unsafe impl Sync for CPtr {}
 
 /// `c[M, N] = a[M, K] · Wᵀ (+ bias)`, `a[i][kk] = a[i·lda + kk]`, with `kernel`
@@ -501,23 +503,43 @@ mod tests {
         assert!(f32::from_bits(u32::from(to_bf16(f32::NAN)) << 16).is_nan());
     }
 
+    /// Edge sizes `(M, K, N)`: odd K, K past a 16-pair tile, N not a multiple of the panel or
+    /// a tile, rows past a tile and a task.
+    const EDGES: [(usize, usize, usize); 5] = [
+        (1, 1, 1),
+        (13, 7, 33),
+        (97, 300, 65),
+        (5, 513, 31),
+        (200, 64, 130),
+    ];
+
+    /// An edge case: A `[m, k]`, W `[n, k]` (and packed), a bias, and the product by a kernel.
+    struct Case {
+        a: Vec<f32>,
+        w: Vec<f32>,
+        b: Vec<f32>,
+        p: Bf16Panels,
+        got: Vec<f32>,
+    }
+
+    /// The case of `seed` and `(m, k, n)` multiplied by `kernel` (outputs start as NaN so that
+    /// a missed one shows).
+    fn case(seed: u64, (m, k, n): (usize, usize, usize), kernel: Kernel) -> Case {
+        let a = lcg(seed, m * k, 2.0);
+        let w = lcg(seed + 1, n * k, 0.5);
+        let b = lcg(seed + 3, n, 1.0);
+        let p = panels(&w, n, k);
+        let mut got = vec![f32::NAN; m * n];
+        matmul(kernel, m, &a, k, &p, Some(&b), &mut got);
+        Case { a, w, b, p, got }
+    }
+
     /// Each output is the documented chain (pairs in order, odd element first) plus the bias,
-    /// for edge sizes (odd K, N not a multiple of the panel, rows past a tile and a task).
+    /// for the edge sizes.
     #[test]
     fn matches_the_documented_chain() {
-        for &(m, k, n) in &[
-            (1, 1, 1),
-            (13, 7, 33),
-            (97, 300, 65),
-            (5, 513, 31),
-            (200, 64, 130),
-        ] {
-            let a = lcg(1, m * k, 2.0);
-            let w = lcg(2, n * k, 0.5);
-            let b = lcg(4, n, 1.0);
-            let p = panels(&w, n, k);
-            let mut got = vec![f32::NAN; m * n];
-            matmul(Kernel::Emulated, m, &a, k, &p, Some(&b), &mut got);
+        for (m, k, n) in EDGES {
+            let Case { a, w, b, got, .. } = case(1, (m, k, n), Kernel::Emulated);
             for i in 0..m {
                 for j in 0..n {
                     let mut s = 0f32;
@@ -615,21 +637,8 @@ mod tests {
             return;
         }
         let r = |x: f32| f64::from(f32::from_bits(u32::from(to_bf16(x)) << 16));
-        for &(m, k, n) in &[
-            (1, 1, 1),
-            (13, 7, 33),
-            (97, 300, 65),
-            (5, 513, 31),
-            (200, 64, 130),
-            (301, 770, 200),
-            (33, 2048, 17),
-        ] {
-            let a = lcg(11, m * k, 2.0);
-            let w = lcg(12, n * k, 0.5);
-            let b = lcg(13, n, 1.0);
-            let p = panels(&w, n, k);
-            let mut got = vec![f32::NAN; m * n];
-            matmul(Kernel::Amx, m, &a, k, &p, Some(&b), &mut got);
+        for (m, k, n) in EDGES.into_iter().chain([(301, 770, 200), (33, 2048, 17)]) {
+            let Case { a, w, b, p, got } = case(11, (m, k, n), Kernel::Amx);
             let mut chain = vec![0f32; m * n];
             matmul(Kernel::Emulated, m, &a, k, &p, Some(&b), &mut chain);
             let mut differ = 0usize;
