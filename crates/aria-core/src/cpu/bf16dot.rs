@@ -534,6 +534,14 @@ mod tests {
         Case { a, w, b, p, got }
     }
 
+    /// Row `i` of A times row `j` of W, `k` long, in f64 on the bf16-rounded inputs, and the sum
+    /// of the products' magnitudes (the scale of an f32 accumulation's error).
+    fn exact_dot(a: &[f32], w: &[f32], i: usize, j: usize, k: usize) -> (f64, f64) {
+        let r = |x: f32| f64::from(f32::from_bits(u32::from(to_bf16(x)) << 16));
+        let prods = (0..k).map(|kk| r(a[i * k + kk]) * r(w[j * k + kk]));
+        (prods.clone().sum(), prods.map(f64::abs).sum())
+    }
+
     /// Each output is the documented chain (pairs in order, odd element first) plus the bias,
     /// for the edge sizes.
     #[test]
@@ -616,10 +624,7 @@ mod tests {
         }
         for i in 0..m {
             for j in 0..n {
-                let exact: f64 = (0..k).map(|kk| r(a[i * k + kk]) * r(w[j * k + kk])).sum();
-                let scale: f64 = (0..k)
-                    .map(|kk| (r(a[i * k + kk]) * r(w[j * k + kk])).abs())
-                    .sum();
+                let (exact, scale) = exact_dot(&a, &w, i, j, k);
                 let err = (f64::from(got[i * n + j]) - exact).abs();
                 assert!(err <= 1e-5 * scale, "({i},{j}) {err:e} of {scale:e}");
             }
@@ -636,7 +641,6 @@ mod tests {
             eprintln!("SKIPPED: this CPU (or OS) has no AMX-BF16 tile unit");
             return;
         }
-        let r = |x: f32| f64::from(f32::from_bits(u32::from(to_bf16(x)) << 16));
         for (m, k, n) in EDGES.into_iter().chain([(301, 770, 200), (33, 2048, 17)]) {
             let Case { a, w, b, p, got } = case(11, (m, k, n), Kernel::Amx);
             let mut chain = vec![0f32; m * n];
@@ -644,10 +648,7 @@ mod tests {
             let mut differ = 0usize;
             for i in 0..m {
                 for j in 0..n {
-                    let exact: f64 = (0..k).map(|kk| r(a[i * k + kk]) * r(w[j * k + kk])).sum();
-                    let scale: f64 = (0..k)
-                        .map(|kk| (r(a[i * k + kk]) * r(w[j * k + kk])).abs())
-                        .sum();
+                    let (exact, scale) = exact_dot(&a, &w, i, j, k);
                     let g = f64::from(got[i * n + j]) - f64::from(b[j]);
                     let err = (g - exact).abs();
                     assert!(
