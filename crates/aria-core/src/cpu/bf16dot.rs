@@ -195,18 +195,22 @@ impl Bf16Panels {
         Bf16Panels { n, k, kps, data }
     }
 
+    #[cfg(target_arch = "x86_64")]
     pub(super) fn n(&self) -> usize {
         self.n
     }
 
+    #[cfg(target_arch = "x86_64")]
     pub(super) fn k(&self) -> usize {
         self.k
     }
 
+    #[cfg(target_arch = "x86_64")]
     pub(super) fn kps(&self) -> usize {
         self.kps
     }
 
+    #[cfg(target_arch = "x86_64")]
     pub(super) fn data(&self) -> &[u32] {
         &self.data
     }
