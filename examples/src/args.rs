@@ -268,7 +268,8 @@ pub struct GenerateArgs {
     /// Write 16-bit PCM instead of 32-bit float (FLAC: 16 instead of 24 bits).
     #[arg(long)]
     pub pcm16: bool,
-    /// Text-encoder arithmetic (default: bf16-dot where the CPU has AVX-512 BF16, else f32).
+    /// Text-encoder arithmetic (default: bf16-amx where the CPU has AMX-BF16, else bf16-dot where it
+    /// has AVX-512 BF16, else f32).
     #[arg(long, value_enum)]
     pub text_precision: Option<TextPrecision>,
     #[command(flatten)]
