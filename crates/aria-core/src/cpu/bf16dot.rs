@@ -594,17 +594,30 @@ mod tests {
         if !native() {
             eprintln!("SKIPPED (native part): this CPU has no AVX-512 BF16");
         }
+        same_on_threads(Kernel::Native, m, &a, k, &p, None, &want, "vdpbf16ps");
+    }
+
+    /// `kernel`'s product on 1, 2 and 3 threads has the bits of `want`.
+    #[allow(clippy::too_many_arguments)]
+    fn same_on_threads(
+        kernel: Kernel,
+        m: usize,
+        a: &[f32],
+        k: usize,
+        p: &Bf16Panels,
+        bias: Option<&[f32]>,
+        want: &[f32],
+        what: &str,
+    ) {
         for t in [1, 2, 3] {
-            let mut got = vec![0f32; m * n];
-            crate::threads::with_threads(t, || {
-                matmul(Kernel::Native, m, &a, k, &p, None, &mut got)
-            })
-            .expect("pool");
+            let mut got = vec![0f32; want.len()];
+            crate::threads::with_threads(t, || matmul(kernel, m, a, k, p, bias, &mut got))
+                .expect("pool");
             let same = got
                 .iter()
-                .zip(&want)
+                .zip(want)
                 .all(|(x, y)| x.to_bits() == y.to_bits());
-            assert!(same, "{t} threads");
+            assert!(same, "{what}: {t} threads");
         }
     }
 
@@ -653,15 +666,19 @@ mod tests {
             for i in 0..m {
                 for j in 0..n {
                     let (exact, scale) = exact_dot(&a, &w, i, j, k);
-                    let g = f64::from(got[i * n + j]) - f64::from(b[j]);
-                    let err = (g - exact).abs();
+                    // The f32 accumulation bound of the other tests, plus the rounding of the
+                    // bias addition (half an ulp of the output).
+                    let (o, c) = (f64::from(got[i * n + j]), f64::from(chain[i * n + j]));
+                    let half_ulp = |v: f64| 0.5 * f64::from(f32::EPSILON) * v.abs();
+                    let err = (o - f64::from(b[j]) - exact).abs();
                     assert!(
-                        err <= 1e-5 * scale + 1e-6,
+                        err <= 1e-5 * scale + half_ulp(o),
                         "{m}x{k}x{n} ({i},{j}) {err:e} of {scale:e}"
                     );
-                    let d = (got[i * n + j] - chain[i * n + j]).abs();
+                    // Both products are within that of the exact sum.
+                    let d = (o - c).abs();
                     assert!(
-                        d as f64 <= 2e-5 * (scale + 1.0),
+                        d <= 2e-5 * scale + half_ulp(o) + half_ulp(c),
                         "{m}x{k}x{n} ({i},{j}) vs chain {d:e}"
                     );
                     differ += usize::from(got[i * n + j].to_bits() != chain[i * n + j].to_bits());
@@ -671,18 +688,8 @@ mod tests {
                 "{m}x{k}x{n}: {differ} of {} outputs differ from the vdpbf16ps chain",
                 m * n
             );
-            for t in [1, 2, 3] {
-                let mut again = vec![0f32; m * n];
-                crate::threads::with_threads(t, || {
-                    matmul(Kernel::Amx, m, &a, k, &p, Some(&b), &mut again)
-                })
-                .expect("pool");
-                let same = again
-                    .iter()
-                    .zip(&got)
-                    .all(|(x, y)| x.to_bits() == y.to_bits());
-                assert!(same, "{m}x{k}x{n}: {t} threads");
-            }
+            let what = format!("AMX {m}x{k}x{n}");
+            same_on_threads(Kernel::Amx, m, &a, k, &p, Some(&b), &got, &what);
         }
     }
 }
