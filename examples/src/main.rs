@@ -576,6 +576,8 @@ fn run(cli: &Cli, start: Instant) -> Result<()> {
 
 fn main() -> ExitCode {
     let start = Instant::now();
+    // Activations are allocated and freed at every op: keep the freed memory for the next one.
+    aria_core::alloc::retain_freed_memory();
     let cli = Cli::parse();
     match run(&cli, start) {
         Ok(()) => ExitCode::SUCCESS,

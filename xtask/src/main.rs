@@ -47,6 +47,8 @@ fn usage() -> &'static str {
 }
 
 fn main() -> ExitCode {
+    // As the `aria` program does: freed activations are kept for the next op.
+    aria_core::alloc::retain_freed_memory();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let rest = |n: usize| args.get(n..).unwrap_or(&[]).to_vec();
     let res: Result<(), String> = match args.first().map(String::as_str) {

@@ -17,6 +17,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod alloc;
 pub mod backend;
 pub mod config;
 pub mod cpu;

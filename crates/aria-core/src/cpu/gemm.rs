@@ -15,6 +15,9 @@
 //! output), which no blocking choice changes: the result is bit-identical whatever the number of
 //! threads (which may choose the row blocking) and whatever the tile rows of the path.
 
+#[cfg(target_arch = "x86_64")]
+use std::mem::MaybeUninit;
+
 use half::{bf16, f16, slice::HalfFloatSliceExt};
 use rayon::prelude::*;
 
@@ -371,32 +374,39 @@ fn gemm_impl(
     #[cfg(target_arch = "x86_64")]
     if packs_a && matches!(isa, Isa::Avx2 | Isa::Avx512) {
         let tr = tile_rows(isa);
-        let mut ap = vec![0f32; m.div_ceil(tr) * k * tr];
-        pack_a(a, lda, m, k, &mut ap, tr);
+        let mp = m.div_ceil(tr) * tr;
+        let mut ap: Vec<f32> = Vec::with_capacity(mp * k);
+        pack_a(a, lda, m, k, &mut ap.spare_capacity_mut()[..mp * k], tr);
+        // SAFETY: `pack_a` wrote every one of the mp × k elements (padding rows included).
+        unsafe { ap.set_len(mp * k) };
         let cp = CPtr(c.as_mut_ptr());
-        (0..mt * nt).into_par_iter().for_each(|t| {
-            let (mi, ni) = (t / nt, t % nt);
-            let (m0, n0) = (mi * mbs, ni * NB);
-            let (mb, nb) = (mbs.min(m - m0), NB.min(n - n0));
-            let packed = pre.map(|v| &v[ni * per_block..(ni + 1) * per_block]);
-            let cp = &cp;
-            // SAFETY: C holds m × n elements and (m0, n0) is inside it; this task alone
-            // touches rows m0..m0 + mb, columns n0..n0 + nb.
-            let ct = unsafe { cp.0.add(m0 * n + n0) };
-            let at = &ap[m0 / tr * k * tr..];
-            // SAFETY: the block of C at `ct` (mb rows of nb elements, stride n) belongs to this
-            // task, as above; the path (AVX2 or AVX-512F) was detected at run time.
-            unsafe { block_pa(isa, mb, nb, k, at, b, n0, packed, ct, n) };
-            if let Some(bv) = bias {
-                for r in 0..mb {
-                    // SAFETY: row r of this task's block, as above.
-                    let row = unsafe { std::slice::from_raw_parts_mut(ct.add(r * n), nb) };
-                    for (d, b) in row.iter_mut().zip(&bv[n0..n0 + nb]) {
-                        *d += b;
-                    }
-                }
-            }
-        });
+        (0..mt * nt)
+            .into_par_iter()
+            .for_each_init(Vec::new, |cl, t| {
+                let (mi, ni) = (t / nt, t % nt);
+                let (m0, n0) = (mi * mbs, ni * NB);
+                let (mb, nb) = (mbs.min(m - m0), NB.min(n - n0));
+                let packed = pre.map(|v| &v[ni * per_block..(ni + 1) * per_block]);
+                let cp = &cp;
+                // SAFETY: C holds m × n elements and (m0, n0) is inside it; this task alone
+                // touches rows m0..m0 + mb, columns n0..n0 + nb.
+                let ct = unsafe { cp.0.add(m0 * n + n0) };
+                // SAFETY: the block of C at `ct` (mb rows of nb elements, stride n) belongs to
+                // this task, as above; the path (AVX2 or AVX-512F) was detected at run time.
+                unsafe {
+                    block_pa(
+                        isa,
+                        (mb, nb, k),
+                        (&ap, mp, m0 / tr),
+                        b,
+                        n0,
+                        packed,
+                        bias,
+                        cl,
+                        (ct, n),
+                    )
+                };
+            });
         return;
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -528,10 +538,14 @@ unsafe impl Send for CPtr {}
 unsafe impl Sync for CPtr {}
 
 /// Pack the rows of `A[m, k]` into micro-panels of `tr` rows (6 or 12, the tile rows of the
-/// path): tile `t` at `out[t · k · tr..]`, its element `(r, kk)` at `kk · tr + r`; rows past `m`
-/// zero. In parallel over tiles.
+/// path), slab-major: the KC slab from `k0` holds every tile's micro-panel for it, one after
+/// the other, from `out[k0 · mp..]` (`mp` = `m` rounded up to whole tiles), tile `t` at
+/// `k0 · mp + t · kc · tr` with its element `(r, k0 + kk)` at `kk · tr + r`; rows past `m` zero.
+/// Every element of `out` (`mp · k` of them) is written.
+/// The A a slab needs is then one contiguous run (tiles a whole K apart would land in the same
+/// few cache sets). In parallel over tiles.
 #[cfg(target_arch = "x86_64")]
-fn pack_a(a: &[f32], lda: usize, m: usize, k: usize, out: &mut [f32], tr: usize) {
+fn pack_a(a: &[f32], lda: usize, m: usize, k: usize, out: &mut [MaybeUninit<f32>], tr: usize) {
     if tr == super::avx512::MR {
         pack_a_t::<{ super::avx512::MR }>(a, lda, m, k, out);
     } else {
@@ -541,38 +555,58 @@ fn pack_a(a: &[f32], lda: usize, m: usize, k: usize, out: &mut [f32], tr: usize)
 
 /// [`pack_a`] for `MR` tile rows.
 #[cfg(target_arch = "x86_64")]
-fn pack_a_t<const MR: usize>(a: &[f32], lda: usize, m: usize, k: usize, out: &mut [f32]) {
-    out.par_chunks_mut(k * MR).enumerate().for_each(|(t, o)| {
-        let rows = MR.min(m - t * MR);
-        let src: [&[f32]; MR] = std::array::from_fn(|r| {
-            if r < rows {
-                &a[(t * MR + r) * lda..(t * MR + r) * lda + k]
+fn pack_a_t<const MR: usize>(
+    a: &[f32],
+    lda: usize,
+    m: usize,
+    k: usize,
+    out: &mut [MaybeUninit<f32>],
+) {
+    let mp = m.div_ceil(MR) * MR;
+    for k0 in (0..k).step_by(KC) {
+        let kc = KC.min(k - k0);
+        let slab = &mut out[k0 * mp..(k0 + kc) * mp];
+        slab.par_chunks_mut(kc * MR).enumerate().for_each(|(t, o)| {
+            let rows = MR.min(m - t * MR);
+            let src: [&[f32]; MR] = std::array::from_fn(|r| {
+                if r < rows {
+                    &a[(t * MR + r) * lda + k0..(t * MR + r) * lda + k0 + kc]
+                } else {
+                    &[]
+                }
+            });
+            if rows == MR {
+                for (kk, ov) in o.chunks_exact_mut(MR).enumerate() {
+                    for (v, row) in ov.iter_mut().zip(&src) {
+                        v.write(row[kk]);
+                    }
+                }
             } else {
-                &[]
+                for (kk, ov) in o.chunks_exact_mut(MR).enumerate() {
+                    for (v, row) in ov.iter_mut().zip(&src) {
+                        v.write(row.get(kk).copied().unwrap_or(0.0));
+                    }
+                }
             }
         });
-        if rows == MR {
-            for (kk, ov) in o.chunks_exact_mut(MR).enumerate() {
-                for (v, row) in ov.iter_mut().zip(&src) {
-                    *v = row[kk];
-                }
-            }
-        } else {
-            for (kk, ov) in o.chunks_exact_mut(MR).enumerate() {
-                for (v, row) in ov.iter_mut().zip(&src) {
-                    *v = row.get(kk).copied().unwrap_or(0.0);
-                }
-            }
-        }
-    });
+    }
 }
 
-/// [`block`] on the AVX2 or AVX-512F path, from A packed by [`pack_a`] (`ap`: this block's
-/// tiles, whole K) into C at `c` with row stride `ldc`. Per KC slab, each B micro-panel (16
-/// columns, 16 KiB on AVX2; 32 columns, 32 KiB on AVX-512) stays in L1 while the A micro-panels
-/// of every tile stream past it from L2 (contiguous, so rows of A a power of two apart no longer
-/// compete for the same L1 sets); each output's K-sum is the FMA chain of [`block`] (same slabs,
-/// same order), so the result is bit-identical to it.
+/// Row stride of the buffer a [`block_pa`] task accumulates its block of C in: the columns of a
+/// block plus 16, so that the rows of a register tile fall in different cache sets (rows of C
+/// itself are often a power of two apart, and the tile's loads and stores at the end of each
+/// slab then evict each other and the B panel).
+#[cfg(target_arch = "x86_64")]
+const LDL: usize = NB + 16;
+
+/// [`block`] on the AVX2 or AVX-512F path, from A packed by [`pack_a`] (`ap`, of `mp` padded
+/// rows; this block's tiles start at tile `t0`) into C at `c` with row stride `ldc`, `bias[n0 +
+/// j]` added to column `j` when given. Per KC slab, each B micro-panel (16 columns, 16 KiB on
+/// AVX2; 32 columns, 32 KiB on AVX-512) stays in L1 while the A micro-panels of every tile
+/// stream past it from L2 (contiguous, so rows of A a power of two apart no longer compete for
+/// the same cache sets). The block accumulates in `cl` (rows [`LDL`] apart) and is written to
+/// C once at the end. Each output's K-sum is the FMA chain of [`block`] (same slabs, same
+/// order), and the bias is added to the finished sum: the result is bit-identical to it.
 ///
 /// # Safety
 /// `isa` must be a detected x86-64 path (AVX2 + FMA, or AVX-512F with them), and
@@ -581,19 +615,19 @@ fn pack_a_t<const MR: usize>(a: &[f32], lda: usize, m: usize, k: usize, out: &mu
 #[allow(clippy::too_many_arguments)]
 unsafe fn block_pa(
     isa: Isa,
-    mb: usize,
-    nb: usize,
-    k: usize,
-    ap: &[f32],
+    (mb, nb, k): (usize, usize, usize),
+    (ap, mp, t0): (&[f32], usize, usize),
     b: &BSrc<'_>,
     n0: usize,
     packed: Option<&[f32]>,
-    c: *mut f32,
-    ldc: usize,
+    bias: Option<&[f32]>,
+    cl: &mut Vec<f32>,
+    (c, ldc): (*mut f32, usize),
 ) {
     let (nr, tr) = (panel_width(isa), tile_rows(isa));
     let np = nb.div_ceil(nr);
     let mt = mb.div_ceil(tr);
+    cl.resize(mt * tr * LDL, 0.0);
     let mut slabs = SlabPanels::new(packed, nr, np);
     let mut k0 = 0;
     while k0 < k {
@@ -605,6 +639,7 @@ unsafe fn block_pa(
             .then(|| b.prefetch(k0 + kc, KC.min(k - k0 - kc), n0, nb))
             .flatten();
         let (steps, lines) = (np * mt, next.as_ref().map_or(0, Prefetch::lines));
+        let slab_a = &ap[k0 * mp + t0 * kc * tr..];
         for p in 0..np {
             let nc = nr.min(nb - p * nr);
             let panel = &panels[p * KC * nr..p * KC * nr + kc * nr];
@@ -614,20 +649,52 @@ unsafe fn block_pa(
                     pf.fetch(s * lines / steps, (s + 1) * lines / steps);
                 }
                 let mr = tr.min(mb - t * tr);
-                let at = &ap[(t * k + k0) * tr..(t * k + k0 + kc) * tr];
-                // SAFETY: the tile (mr rows from t·tr, nc columns from p·nr) lies inside the
-                // caller's block of C; the path's features are guaranteed by the caller.
+                let at = &slab_a[t * kc * tr..(t + 1) * kc * tr];
+                let ct = &mut cl[t * tr * LDL + p * nr..];
+                // SAFETY: the tile (mr ≤ tr rows of LDL from t·tr, nc ≤ nr columns from p·nr,
+                // inside LDL) lies inside `cl`; the path's features are guaranteed by the caller.
                 unsafe {
-                    let ct = c.add(t * tr * ldc + p * nr);
                     if isa == Isa::Avx512 {
-                        super::avx512::gemm_tile_pa(mr, kc, at, panel, ct, ldc, nc, k0 > 0)
+                        super::avx512::gemm_tile_pa(
+                            mr,
+                            kc,
+                            at,
+                            panel,
+                            ct.as_mut_ptr(),
+                            LDL,
+                            nc,
+                            k0 > 0,
+                        )
                     } else {
-                        super::avx2::gemm_tile_pa(mr, kc, at, panel, ct, ldc, nc, k0 > 0)
+                        super::avx2::gemm_tile_pa(
+                            mr,
+                            kc,
+                            at,
+                            panel,
+                            ct.as_mut_ptr(),
+                            LDL,
+                            nc,
+                            k0 > 0,
+                        )
                     }
                 };
             }
         }
         k0 += kc;
+    }
+    for r in 0..mb {
+        // SAFETY: row r of the caller's block of C (nb elements from c + r·ldc), which no
+        // other thread touches during the call.
+        let row = unsafe { std::slice::from_raw_parts_mut(c.add(r * ldc), nb) };
+        let src = &cl[r * LDL..r * LDL + nb];
+        match bias {
+            Some(bv) => {
+                for ((d, s), b) in row.iter_mut().zip(src).zip(&bv[n0..n0 + nb]) {
+                    *d = s + b;
+                }
+            }
+            None => row.copy_from_slice(src),
+        }
     }
 }
 
@@ -698,7 +765,8 @@ impl<'a> Packed<'a> {
 }
 
 /// `C[m × ldc] (=|+=) A[m × kc] · Bpacked[k0..k0+kc][n0..n1]`, written at columns `0..n1 − n0`
-/// of C, where `n0` is a multiple of the panel width. Single-threaded.
+/// of C, where `n0` is a multiple of the panel width, in register tiles of the path's tile rows
+/// (the bits do not depend on them). Single-threaded.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn small(
     isa: Isa,
@@ -724,9 +792,10 @@ pub(crate) fn small(
         }
         return;
     }
+    let tr = tile_rows(isa);
     let mut i0 = 0;
     while i0 < m {
-        let mr = MR.min(m - i0);
+        let mr = tr.min(m - i0);
         let mut j = n0;
         while j < n1 {
             let nc = nr.min(n1 - j);

@@ -3,7 +3,6 @@ use rayon::prelude::*;
 use super::{f32_data, route};
 use crate::backend::{AttnSpec, Op};
 use crate::cpu::gemm::{small, BSrc, Packed, WData};
-use crate::cpu::scalar::MR;
 use crate::cpu::{self, rows, Isa};
 use crate::{threads, CoreError, Result, Tensor};
 
@@ -242,10 +241,25 @@ fn attention_impl(
                         &k2[bh * nk * d..(bh + 1) * nk * d],
                     )
                 });
+                // Without a band every query block sees every key: the keys of this head are
+                // packed once for all of its blocks.
+                let shared = opts
+                    .window
+                    .is_none()
+                    .then(|| HeadKeys::pack(&ctx, 0, nk, d, dv, kb, vb, db));
                 ob.par_chunks_mut(QB * dv).enumerate().for_each(|(blk, o)| {
                     let i0 = blk * QB;
                     let i1 = (i0 + QB).min(nq);
-                    query_block(&ctx, i0, i1, d, dv, qb, kb, vb, db, o);
+                    let (klo, khi) = key_range(opts, nk, i0, i1);
+                    let own;
+                    let keys = match &shared {
+                        Some(k) => k,
+                        None => {
+                            own = HeadKeys::pack(&ctx, klo, khi, d, dv, kb, vb, db);
+                            &own
+                        }
+                    };
+                    query_block(&ctx, keys, i0, i1, d, dv, qb, db, o);
                 });
             });
     });
@@ -260,42 +274,74 @@ fn key_range(opts: &AttnOpts<'_>, nk: usize, i0: usize, i1: usize) -> (usize, us
     }
 }
 
-/// Queries `i0..i1` of one (batch, head): `o` is their `[i1 − i0, Dv]` output rows.
+/// The keys `klo..khi` of one (batch, head), packed for the score and value products.
+struct HeadKeys<'a> {
+    isa: Isa,
+    klo: usize,
+    khi: usize,
+    kp: Packed<'static>,
+    k2p: Option<Packed<'static>>,
+    vp: Packed<'a>,
+}
+
+impl<'a> HeadKeys<'a> {
+    #[allow(clippy::too_many_arguments)]
+    fn pack(
+        ctx: &RowCtx<'_>,
+        klo: usize,
+        khi: usize,
+        d: usize,
+        dv: usize,
+        kb: &[f32],
+        vb: &'a [f32],
+        db: Option<(&[f32], &[f32])>,
+    ) -> HeadKeys<'a> {
+        let nkb = khi.saturating_sub(klo);
+        // Short key ranges (tiny chunks, bands) waste less of the narrower AVX2 panels.
+        let isa = if ctx.isa == Isa::Avx512 && nkb < 256 {
+            Isa::Avx2
+        } else {
+            ctx.isa
+        };
+        let pack_k =
+            |k: &[f32]| Packed::new(isa, &BSrc::Nk(WData::F32(&k[klo * d..khi * d]), d), d, nkb);
+        HeadKeys {
+            isa,
+            klo,
+            khi,
+            kp: pack_k(kb),
+            k2p: db.map(|(_, k2)| pack_k(k2)),
+            vp: Packed::kn(isa, &vb[klo * dv..khi * dv], nkb, dv),
+        }
+    }
+}
+
+/// Queries `i0..i1` of one (batch, head) against `keys` (which must hold every key they see):
+/// `o` is their `[i1 − i0, Dv]` output rows.
 #[allow(clippy::too_many_arguments)]
 fn query_block(
     ctx: &RowCtx<'_>,
+    keys: &HeadKeys<'_>,
     i0: usize,
     i1: usize,
     d: usize,
     dv: usize,
     qb: &[f32],
-    kb: &[f32],
-    vb: &[f32],
     db: Option<(&[f32], &[f32])>,
     o: &mut [f32],
 ) {
-    let (klo, khi) = key_range(ctx.opts, ctx.nk, i0, i1);
-    let nkb = khi.saturating_sub(klo);
-    // Short key ranges (tiny chunks, bands) waste less of the narrower AVX2 panels.
-    let isa = if ctx.isa == Isa::Avx512 && nkb < 256 {
-        Isa::Avx2
-    } else {
-        ctx.isa
-    };
-    if nkb == 0 {
+    let (isa, klo, khi) = (keys.isa, keys.klo, keys.khi);
+    let (kp, k2p, vp) = (&keys.kp, &keys.k2p, &keys.vp);
+    if khi <= klo {
         o.fill(0.0);
         return;
     }
-    let pack_k =
-        |k: &[f32]| Packed::new(isa, &BSrc::Nk(WData::F32(&k[klo * d..khi * d]), d), d, nkb);
-    let kp = pack_k(kb);
-    let k2p = db.map(|(_, k2)| pack_k(k2));
-    let vp = Packed::kn(isa, &vb[klo * dv..khi * dv], nkb, dv);
+    let tr = cpu::tile_rows(isa);
     let mut s = Vec::new();
     let mut s2 = Vec::new();
     let mut t0 = i0;
     while t0 < i1 {
-        let mr = MR.min(i1 - t0);
+        let mr = tr.min(i1 - t0);
         // Keys this tile sees, relative to klo, the start aligned to a panel.
         let (tlo, thi) = key_range(ctx.opts, ctx.nk, t0, t0 + mr);
         let (tlo, thi) = (tlo.max(klo) - klo, thi.min(khi) - klo);
@@ -309,11 +355,11 @@ fn query_block(
         }
         s.resize(mr * w, 0.0);
         let qt = &qb[t0 * d..(t0 + mr) * d];
-        small(isa, mr, qt, d, &kp, 0, d, plo, thi, &mut s, w, false);
+        small(isa, mr, qt, d, kp, 0, d, plo, thi, &mut s, w, false);
         for r in 0..mr {
             ctx.probs(t0 + r, klo + plo, &mut s[r * w..(r + 1) * w]);
         }
-        if let (Some((q2, _)), Some(k2p)) = (db, &k2p) {
+        if let (Some((q2, _)), Some(k2p)) = (db, k2p) {
             s2.resize(mr * w, 0.0);
             small(
                 isa,
@@ -334,7 +380,7 @@ fn query_block(
             }
             s.iter_mut().zip(&s2).for_each(|(a, b)| *a -= b);
         }
-        small(isa, mr, &s, w, &vp, plo, w, 0, dv, ot, dv, false);
+        small(isa, mr, &s, w, vp, plo, w, 0, dv, ot, dv, false);
         t0 += mr;
     }
 }
