@@ -349,68 +349,23 @@ fn gemm_impl(
         }
         return;
     }
-    // Up to two row blocks' worth of rows run as one block when there are enough column tasks
-    // for the threads: each task then packs its B panels once instead of once per row block
-    // (the rows of A it streams still fit in L2). Blocking never changes a result bit: every
-    // output's K-sum is the same FMA chain in any block.
-    let nt = n.div_ceil(NB);
-    let mbs = if m <= 2 * MB && nt >= 2 * rayon::current_num_threads() {
-        m
-    } else {
-        MB
-    };
-    let mt = m.div_ceil(mbs);
-    // With many row blocks, B is packed once up front and shared by all of them (each row
-    // block would otherwise pack every panel again), unless the packed copy would be large.
-    let nr = panel_width(isa);
-    let nslabs = k.div_ceil(KC);
-    let per_block = nslabs * (NB / nr) * KC * nr;
-    let own: Option<PackedB> =
-        (panels.is_none() && mt >= PREPACK_MIN_BLOCKS && nt * per_block <= PREPACK_MAX)
-            .then(|| PackedB::new(isa, b, n, k));
-    let pre = panels.or(own.as_ref()).map(|p| &p.data[..]);
-    // x86-64: A packed once into micro-panels shared by every task, each task writing its block
-    // of C in place (see [`block_pa`]).
     #[cfg(target_arch = "x86_64")]
     if packs_a && matches!(isa, Isa::Avx2 | Isa::Avx512) {
-        let tr = tile_rows(isa);
-        let mp = m.div_ceil(tr) * tr;
-        let mut ap: Vec<f32> = Vec::with_capacity(mp * k);
-        pack_a(a, lda, m, k, &mut ap.spare_capacity_mut()[..mp * k], tr);
-        // SAFETY: `pack_a` wrote every one of the mp × k elements (padding rows included).
-        unsafe { ap.set_len(mp * k) };
-        let cp = CPtr(c.as_mut_ptr());
-        (0..mt * nt)
-            .into_par_iter()
-            .for_each_init(Vec::new, |cl, t| {
-                let (mi, ni) = (t / nt, t % nt);
-                let (m0, n0) = (mi * mbs, ni * NB);
-                let (mb, nb) = (mbs.min(m - m0), NB.min(n - n0));
-                let packed = pre.map(|v| &v[ni * per_block..(ni + 1) * per_block]);
-                let cp = &cp;
-                // SAFETY: C holds m × n elements and (m0, n0) is inside it; this task alone
-                // touches rows m0..m0 + mb, columns n0..n0 + nb.
-                let ct = unsafe { cp.0.add(m0 * n + n0) };
-                // SAFETY: the block of C at `ct` (mb rows of nb elements, stride n) belongs to
-                // this task, as above; the path (AVX2 or AVX-512F) was detected at run time.
-                unsafe {
-                    block_pa(
-                        isa,
-                        (mb, nb, k),
-                        (&ap, mp, m0 / tr),
-                        b,
-                        n0,
-                        packed,
-                        bias,
-                        cl,
-                        (ct, n),
-                    )
-                };
-            });
+        // SAFETY: C holds m × n elements (sliced above), m, n, k > 0, and the path was
+        // detected at run time (an `Isa` only reaches a product through `checked`/`current`).
+        unsafe { gemm_pa(isa, (m, n, k), a, lda, b, panels, bias, c.as_mut_ptr()) };
         return;
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = packs_a;
+    let Plan {
+        mbs,
+        mt,
+        nt,
+        per_block,
+        own,
+    } = Plan::new(isa, m, n, k, b, panels);
+    let pre = panels.or(own.as_ref()).map(|p| &p.data[..]);
     let blocks: Vec<(usize, usize, Vec<f32>)> = (0..mt * nt)
         .into_par_iter()
         .map(|t| {
@@ -442,6 +397,145 @@ fn gemm_impl(
                 }
             }
         });
+}
+
+/// How a product is split into tasks (see [`gemm_impl`]).
+struct Plan {
+    /// Rows per row block.
+    mbs: usize,
+    /// Row blocks.
+    mt: usize,
+    /// Column blocks.
+    nt: usize,
+    /// f32 elements of one column block's packed panels (every KC slab).
+    per_block: usize,
+    /// B packed here once for all row blocks, where that pays.
+    own: Option<PackedB>,
+}
+
+impl Plan {
+    fn new(isa: Isa, m: usize, n: usize, k: usize, b: &BSrc<'_>, panels: Option<&PackedB>) -> Plan {
+        // Up to two row blocks' worth of rows run as one block when there are enough column tasks
+        // for the threads: each task then packs its B panels once instead of once per row block
+        // (the rows of A it streams still fit in L2). Blocking never changes a result bit: every
+        // output's K-sum is the same FMA chain in any block.
+        let nt = n.div_ceil(NB);
+        let mbs = if m <= 2 * MB && nt >= 2 * rayon::current_num_threads() {
+            m
+        } else {
+            MB
+        };
+        let mt = m.div_ceil(mbs);
+        // With many row blocks, B is packed once up front and shared by all of them (each row
+        // block would otherwise pack every panel again), unless the packed copy would be large.
+        let nr = panel_width(isa);
+        let nslabs = k.div_ceil(KC);
+        let per_block = nslabs * (NB / nr) * KC * nr;
+        let own: Option<PackedB> =
+            (panels.is_none() && mt >= PREPACK_MIN_BLOCKS && nt * per_block <= PREPACK_MAX)
+                .then(|| PackedB::new(isa, b, n, k));
+        Plan {
+            mbs,
+            mt,
+            nt,
+            per_block,
+            own,
+        }
+    }
+}
+
+/// The x86-64 product: A packed once into micro-panels shared by every task, each task writing
+/// its block of C (see [`block_pa`]). Every element of C is written, so it may start
+/// uninitialised ([`gemm_vec`]).
+///
+/// # Safety
+/// `c` must be valid for writes of `m × n` f32 (initialised or not) and touched by nothing else
+/// during the call; `m`, `n`, `k` > 0; `isa` a detected AVX2 or AVX-512F path.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_pa(
+    isa: Isa,
+    (m, n, k): (usize, usize, usize),
+    a: &[f32],
+    lda: usize,
+    b: &BSrc<'_>,
+    panels: Option<&PackedB>,
+    bias: Option<&[f32]>,
+    c: *mut f32,
+) {
+    let Plan {
+        mbs,
+        mt,
+        nt,
+        per_block,
+        own,
+    } = Plan::new(isa, m, n, k, b, panels);
+    let pre = panels.or(own.as_ref()).map(|p| &p.data[..]);
+    // x86-64: A packed once into micro-panels shared by every task, each task writing its block
+    // of C in place (see [`block_pa`]).
+    let tr = tile_rows(isa);
+    let mp = m.div_ceil(tr) * tr;
+    let mut ap: Vec<f32> = Vec::with_capacity(mp * k);
+    pack_a(a, lda, m, k, &mut ap.spare_capacity_mut()[..mp * k], tr);
+    // SAFETY: `pack_a` wrote every one of the mp × k elements (padding rows included).
+    unsafe { ap.set_len(mp * k) };
+    let cp = CPtr(c);
+    (0..mt * nt)
+        .into_par_iter()
+        .for_each_init(Vec::new, |cl, t| {
+            let (mi, ni) = (t / nt, t % nt);
+            let (m0, n0) = (mi * mbs, ni * NB);
+            let (mb, nb) = (mbs.min(m - m0), NB.min(n - n0));
+            let packed = pre.map(|v| &v[ni * per_block..(ni + 1) * per_block]);
+            let cp = &cp;
+            // SAFETY: C holds m × n elements and (m0, n0) is inside it; this task alone
+            // touches rows m0..m0 + mb, columns n0..n0 + nb.
+            let ct = unsafe { cp.0.add(m0 * n + n0) };
+            // SAFETY: the block of C at `ct` (mb rows of nb elements, stride n) belongs to
+            // this task, as above; the path (AVX2 or AVX-512F) was detected at run time.
+            unsafe {
+                block_pa(
+                    isa,
+                    (mb, nb, k),
+                    (&ap, mp, m0 / tr),
+                    b,
+                    n0,
+                    packed,
+                    bias,
+                    cl,
+                    (ct, n),
+                )
+            };
+        });
+}
+
+/// [`gemm_with`] into a new `m × n` vector. On the x86-64 paths the product writes every
+/// element itself, so the vector is not zero-filled first (one pass over the output saved).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_vec(
+    isa: Isa,
+    (m, n, k): (usize, usize, usize),
+    a: &[f32],
+    lda: usize,
+    b: &BSrc<'_>,
+    panels: Option<&PackedB>,
+    bias: Option<&[f32]>,
+) -> Vec<f32> {
+    let len = m * n;
+    #[cfg(target_arch = "x86_64")]
+    if len > 0 && k > 0 && matches!(isa, Isa::Avx2 | Isa::Avx512) && isa.is_available() {
+        let panels = panels.filter(|p| p.fits(isa, n, k));
+        let mut c: Vec<f32> = Vec::with_capacity(len);
+        // SAFETY: `c` has capacity for m × n elements and is only ours; m, n, k > 0; the path
+        // is available on this CPU (checked above).
+        unsafe { gemm_pa(isa, (m, n, k), a, lda, b, panels, bias, c.as_mut_ptr()) };
+        // SAFETY: `gemm_pa` wrote all m × n elements.
+        unsafe { c.set_len(len) };
+        return c;
+    }
+    let mut c = vec![0f32; len];
+    gemm_with(isa, m, n, k, a, lda, b, panels, bias, &mut c);
+    c
 }
 
 /// The B panels of one KC slab for the columns `n0..n0 + nb` of a block: a slice of the copy
@@ -683,17 +777,20 @@ unsafe fn block_pa(
         k0 += kc;
     }
     for r in 0..mb {
-        // SAFETY: row r of the caller's block of C (nb elements from c + r·ldc), which no
-        // other thread touches during the call.
-        let row = unsafe { std::slice::from_raw_parts_mut(c.add(r * ldc), nb) };
         let src = &cl[r * LDL..r * LDL + nb];
-        match bias {
-            Some(bv) => {
-                for ((d, s), b) in row.iter_mut().zip(src).zip(&bv[n0..n0 + nb]) {
-                    *d = s + b;
+        // SAFETY: row r of the caller's block of C (nb elements from c + r·ldc, possibly
+        // uninitialised, so only written through the pointer), which no other thread touches
+        // during the call.
+        unsafe {
+            let row = c.add(r * ldc);
+            match bias {
+                Some(bv) => {
+                    for (j, (s, b)) in src.iter().zip(&bv[n0..n0 + nb]).enumerate() {
+                        row.add(j).write(s + b);
+                    }
                 }
+                None => std::ptr::copy_nonoverlapping(src.as_ptr(), row, nb),
             }
-            None => row.copy_from_slice(src),
         }
     }
 }

@@ -3,7 +3,7 @@ use rayon::prelude::*;
 use super::route;
 use super::{f32_data, require_float};
 use crate::backend::Op;
-use crate::cpu::gemm::{gemm, gemm_with, BSrc, PackedB, WData};
+use crate::cpu::gemm::{gemm, gemm_vec, BSrc, PackedB, WData};
 use crate::{cpu, threads, CoreError, Result, Tensor};
 
 /// Check the shapes of a [`linear`] call (`x [.., K]`, `w [N, K]`, `b [N]`) and return
@@ -83,33 +83,21 @@ pub(crate) fn linear_with(
     let xd = f32_data(x)?;
     let isa = cpu::current();
     let bd = b.map(f32_data).transpose()?;
-    let mut out = vec![0f32; m * n];
-    match panels.filter(|p| p.fits(isa, n, k)) {
+    let out = match panels.filter(|p| p.fits(isa, n, k)) {
+        // B is not read when the panels fit.
         Some(p) => threads::install(|| {
-            // B is not read when the panels fit.
             let none = BSrc::Kn(&[], 0);
-            gemm_with(
-                isa,
-                m,
-                n,
-                k,
-                &xd,
-                k,
-                &none,
-                Some(p),
-                bd.as_deref(),
-                &mut out,
-            )
+            gemm_vec(isa, (m, n, k), &xd, k, &none, Some(p), bd.as_deref())
         }),
         None => {
             let wc = w.contiguous()?;
             let wd = WData::of("linear", &wc)?;
             threads::install(|| {
                 let src = BSrc::Nk(wd, k);
-                gemm_with(isa, m, n, k, &xd, k, &src, None, bd.as_deref(), &mut out)
+                gemm_vec(isa, (m, n, k), &xd, k, &src, None, bd.as_deref())
             })
         }
-    }
+    };
     let mut shape = xs.to_vec();
     *shape.last_mut().unwrap_or(&mut 0) = n;
     Tensor::from_vec(out, &shape)
