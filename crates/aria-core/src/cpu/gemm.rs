@@ -480,17 +480,16 @@ unsafe fn gemm_pa(
     // SAFETY: `pack_a` wrote every one of the mp × k elements (padding rows included).
     unsafe { ap.set_len(mp * k) };
     let cp = CPtr(c);
-    (0..mt * nt)
-        .into_par_iter()
-        .for_each_init(Vec::new, |cl, t| {
-            let (mi, ni) = (t / nt, t % nt);
-            let (m0, n0) = (mi * mbs, ni * NB);
-            let (mb, nb) = (mbs.min(m - m0), NB.min(n - n0));
-            let packed = pre.map(|v| &v[ni * per_block..(ni + 1) * per_block]);
-            let cp = &cp;
-            // SAFETY: C holds m × n elements and (m0, n0) is inside it; this task alone
-            // touches rows m0..m0 + mb, columns n0..n0 + nb.
-            let ct = unsafe { cp.0.add(m0 * n + n0) };
+    (0..mt * nt).into_par_iter().for_each(|t| {
+        let (mi, ni) = (t / nt, t % nt);
+        let (m0, n0) = (mi * mbs, ni * NB);
+        let (mb, nb) = (mbs.min(m - m0), NB.min(n - n0));
+        let packed = pre.map(|v| &v[ni * per_block..(ni + 1) * per_block]);
+        let cp = &cp;
+        // SAFETY: C holds m × n elements and (m0, n0) is inside it; this task alone
+        // touches rows m0..m0 + mb, columns n0..n0 + nb.
+        let ct = unsafe { cp.0.add(m0 * n + n0) };
+        let run = |scratch: &mut Scratch| {
             // SAFETY: the block of C at `ct` (mb rows of nb elements, stride n) belongs to
             // this task, as above; the path (AVX2 or AVX-512F) was detected at run time.
             unsafe {
@@ -502,11 +501,18 @@ unsafe fn gemm_pa(
                     n0,
                     packed,
                     bias,
-                    cl,
+                    scratch,
                     (ct, n),
                 )
-            };
+            }
+        };
+        // The thread's buffers, or fresh ones should this thread already be inside a task (a
+        // product never nests one, but a borrow must not panic).
+        SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut s) => run(&mut s),
+            Err(_) => run(&mut Scratch::default()),
         });
+    });
 }
 
 /// [`gemm_with`] into a new `m × n` vector. On the x86-64 paths the product writes every
@@ -550,18 +556,32 @@ struct SlabPanels<'p> {
 
 impl<'p> SlabPanels<'p> {
     fn new(packed: Option<&'p [f32]>, nr: usize, np: usize) -> SlabPanels<'p> {
-        let bp = if packed.is_none() {
-            vec![0f32; np * KC * nr]
-        } else {
-            Vec::new()
-        };
+        Self::with_buffers(packed, nr, np, (Vec::new(), Vec::new()))
+    }
+
+    /// [`SlabPanels::new`] reusing the buffers `(bp, tmp)` (of any content: a slab's panels
+    /// are written whole before they are read); [`SlabPanels::into_buffers`] gives them back.
+    fn with_buffers(
+        packed: Option<&'p [f32]>,
+        nr: usize,
+        np: usize,
+        (mut bp, tmp): (Vec<f32>, Vec<f32>),
+    ) -> SlabPanels<'p> {
+        if packed.is_none() {
+            bp.resize(bp.len().max(np * KC * nr), 0.0);
+        }
         SlabPanels {
             packed,
             bp,
-            tmp: Vec::new(),
+            tmp,
             nr,
             np,
         }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn into_buffers(self) -> (Vec<f32>, Vec<f32>) {
+        (self.bp, self.tmp)
     }
 
     fn slab(&mut self, b: &BSrc<'_>, k0: usize, kc: usize, n0: usize, nb: usize) -> &[f32] {
@@ -715,14 +735,16 @@ unsafe fn block_pa(
     n0: usize,
     packed: Option<&[f32]>,
     bias: Option<&[f32]>,
-    cl: &mut Vec<f32>,
+    scratch: &mut Scratch,
     (c, ldc): (*mut f32, usize),
 ) {
     let (nr, tr) = (panel_width(isa), tile_rows(isa));
     let np = nb.div_ceil(nr);
     let mt = mb.div_ceil(tr);
-    cl.resize(mt * tr * LDL, 0.0);
-    let mut slabs = SlabPanels::new(packed, nr, np);
+    // Stale contents are fine: the first slab writes (not adds) every element copied out.
+    let cl = &mut scratch.cl;
+    cl.resize(cl.len().max(mt * tr * LDL), 0.0);
+    let mut slabs = SlabPanels::with_buffers(packed, nr, np, std::mem::take(&mut scratch.b));
     let mut k0 = 0;
     while k0 < k {
         let kc = KC.min(k - k0);
@@ -793,6 +815,22 @@ unsafe fn block_pa(
             }
         }
     }
+    scratch.b = slabs.into_buffers();
+}
+
+/// Buffers of a [`block_pa`] task, kept per thread between tasks and products so that no task
+/// allocates or zero-fills them: its block of C, and one slab of B panels with the conversion
+/// buffer (when B is not packed in advance). A few hundred KiB per thread.
+#[cfg(target_arch = "x86_64")]
+#[derive(Default)]
+struct Scratch {
+    cl: Vec<f32>,
+    b: (Vec<f32>, Vec<f32>),
+}
+
+#[cfg(target_arch = "x86_64")]
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
 }
 
 /// B panels for many small products (attention keys and values): packed once, or borrowed from
