@@ -10,6 +10,9 @@ use aria::discover::{resolve_model, SearchPaths};
 use aria::{GenerateRequest, LoadOptions, Pipeline, TorchNoise};
 
 fn main() -> aria::Result<()> {
+    // Every op allocates its output: keep freed memory for the next one (process-wide, so the
+    // library leaves it to the program).
+    aria::retain_freed_memory();
     let mut args = std::env::args().skip(1);
     let model = match args.next() {
         Some(m) => m,

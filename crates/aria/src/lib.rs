@@ -65,6 +65,10 @@ pub mod synth;
 
 pub use aria_codec::audio;
 pub use aria_codec::audio::AudioClip;
+/// Keep freed activation memory for reuse (a process-wide allocator setting the library never
+/// changes by itself; programs that generate should call it once at start): see
+/// [`aria_core::alloc`].
+pub use aria_core::alloc::retain_freed_memory;
 pub use aria_dit::sampler::SamplerKind;
 pub use error::{Error, Result};
 pub use noise::{NoiseSource, ReplayNoise, SeedGenerator, SeededNoise, TorchNoise};
