@@ -5,9 +5,9 @@
 use std::arch::x86_64::*;
 
 pub use super::avx2::{
-    add_mul_to, add_to, affine, axpby, dot, dyt, exp_sub_sum, geglu, geglu_tanh, gelu, gelu_tanh,
+    add_mul_to, add_to, affine, axpby, dot, dyt, geglu, geglu_tanh, gelu, gelu_tanh,
     layer_norm_row, max, norm_gain, norm_gain1p, norm_gain_modulate, rope_half, scale, sigmoid,
-    silu, sin_pi, sin_pi_glu, softcap, sum, sumsq, sumsq_dev, swiglu,
+    silu, sin_pi, sin_pi_glu, softcap, sum, sumsq, sumsq_dev,
 };
 use super::scalar;
 
@@ -16,6 +16,93 @@ pub const NR: usize = 32;
 /// Rows of the register tile: 12 × 2 accumulators of 16 lanes, 2 B vectors and a broadcast
 /// use 27 of the 32 registers (the other paths have 6 rows).
 pub const MR: usize = 12;
+
+/// `e^x` of 16 lanes: the AVX2 path's `exp8`, operation for operation (the same clamps,
+/// Cody–Waite reduction, polynomial and exponent insertion, each lane rounded alike), so every
+/// lane has the bits `exp8` gives it.
+#[inline(always)]
+unsafe fn exp16(x: __m512) -> __m512 {
+    // SAFETY: register-only intrinsics; the caller runs with AVX-512F enabled.
+    unsafe {
+        let x = _mm512_min_ps(_mm512_set1_ps(88.376_26), x);
+        let x = _mm512_max_ps(_mm512_set1_ps(-88.376_26), x);
+        let fx = _mm512_fmadd_ps(
+            x,
+            _mm512_set1_ps(std::f32::consts::LOG2_E),
+            _mm512_set1_ps(0.5),
+        );
+        // Round toward −∞, exceptions suppressed: `_mm256_floor_ps`.
+        let fx = _mm512_roundscale_ps::<0x09>(fx);
+        let x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693_359_4), x);
+        let x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.121_944_4e-4), x);
+        let z = _mm512_mul_ps(x, x);
+        let mut y = _mm512_set1_ps(1.987_569_1e-4);
+        y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.398_2e-3));
+        y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.333_452e-3));
+        y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.166_579_6e-2));
+        y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(0.166_666_65));
+        y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(0.5));
+        y = _mm512_fmadd_ps(y, z, x);
+        y = _mm512_add_ps(y, _mm512_set1_ps(1.0));
+        let e = _mm512_cvtps_epi32(fx);
+        let e = _mm512_slli_epi32::<23>(_mm512_add_epi32(e, _mm512_set1_epi32(127)));
+        _mm512_mul_ps(y, _mm512_castsi512_ps(e))
+    }
+}
+
+/// `x ← exp(x − m)`, returning the sum of the new values: the AVX2 kernel's results bit for bit
+/// (each element through [`exp16`], the tail and the sum through the AVX2 code), twice the
+/// elements per instruction.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and FMA.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub unsafe fn exp_sub_sum(x: &mut [f32], m: f32) -> f32 {
+    let n = x.len();
+    let p = x.as_mut_ptr();
+    let mut i = 0;
+    // SAFETY: loads and stores stay below n; AVX-512F enabled here.
+    unsafe {
+        let mv = _mm512_set1_ps(m);
+        while i + 16 <= n {
+            _mm512_storeu_ps(
+                p.add(i),
+                exp16(_mm512_sub_ps(_mm512_loadu_ps(p.add(i)), mv)),
+            );
+            i += 16;
+        }
+    }
+    // SAFETY: AVX2 + FMA enabled here.
+    unsafe {
+        super::avx2::exp_sub_sum(&mut x[i..], m);
+        sum(x)
+    }
+}
+
+/// `o ← v · silu(g)` (the shortest length counts): the AVX2 kernel's results bit for bit (the
+/// same operations per lane), 16 lanes at a time.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and FMA.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub unsafe fn swiglu(o: &mut [f32], v: &[f32], g: &[f32]) {
+    let n = o.len().min(v.len()).min(g.len());
+    let (po, pv, pg) = (o.as_mut_ptr(), v.as_ptr(), g.as_ptr());
+    let mut i = 0;
+    // SAFETY: indices stay below n, inside all three slices; AVX-512F enabled here.
+    unsafe {
+        let one = _mm512_set1_ps(1.0);
+        while i + 16 <= n {
+            let gv = _mm512_loadu_ps(pg.add(i));
+            let e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), gv));
+            let s = _mm512_div_ps(gv, _mm512_add_ps(one, e));
+            _mm512_storeu_ps(po.add(i), _mm512_mul_ps(_mm512_loadu_ps(pv.add(i)), s));
+            i += 16;
+        }
+    }
+    // SAFETY: AVX2 + FMA enabled here.
+    unsafe { super::avx2::swiglu(&mut o[i..n], &v[i..n], &g[i..n]) }
+}
 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -202,6 +289,65 @@ pub unsafe fn gemm_tile(
             10 => tile::<10>(kc, a, lda, bp, ldb, c, ldc, nc, acc),
             11 => tile::<11>(kc, a, lda, bp, ldb, c, ldc, nc, acc),
             _ => tile::<MR>(kc, a, lda, bp, ldb, c, ldc, nc, acc),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Values across exp's range and its clamps, with infinities, NaN and signed zeros.
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+        (0..n)
+            .map(|i| match i % 97 {
+                3 => f32::INFINITY,
+                5 => f32::NEG_INFINITY,
+                7 => f32::NAN,
+                11 => -0.0,
+                13 => 95.0,
+                17 => -120.0,
+                _ => {
+                    s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    ((s >> 8) as f32 / (1u32 << 24) as f32 - 0.5) * 60.0
+                }
+            })
+            .collect()
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// The 16-lane `exp_sub_sum` and `swiglu` give the AVX2 kernels' bits, element by element
+    /// and for the sum, at lengths around the vector widths.
+    #[test]
+    fn sixteen_lanes_match_avx2_bits() {
+        if !(super::super::Isa::Avx512.is_available()) {
+            eprintln!("skipped: this CPU has no AVX-512F");
+            return;
+        }
+        for n in [0usize, 1, 7, 8, 15, 16, 17, 31, 33, 100, 452, 1001] {
+            for m in [0.0f32, 3.5, -7.25] {
+                let x = values(n, n as u32);
+                let (mut a, mut b) = (x.clone(), x.clone());
+                // SAFETY: AVX-512F (and so AVX2 + FMA on the paths aria runs) checked above.
+                let (sa, sb) = unsafe {
+                    (
+                        super::exp_sub_sum(&mut a, m),
+                        super::super::avx2::exp_sub_sum(&mut b, m),
+                    )
+                };
+                assert_eq!(bits(&a), bits(&b), "exp_sub_sum n {n} m {m}");
+                assert_eq!(sa.to_bits(), sb.to_bits(), "exp_sub_sum sum n {n} m {m}");
+            }
+            let (v, g) = (values(n, 7 * n as u32 + 1), values(n, 3 * n as u32 + 2));
+            let (mut a, mut b) = (vec![0f32; n], vec![0f32; n]);
+            // SAFETY: as above.
+            unsafe {
+                super::swiglu(&mut a, &v, &g);
+                super::super::avx2::swiglu(&mut b, &v, &g);
+            }
+            assert_eq!(bits(&a), bits(&b), "swiglu n {n}");
         }
     }
 }

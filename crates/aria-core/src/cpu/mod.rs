@@ -15,7 +15,8 @@
 //! The fused row kernels are written once over a small vector trait (`simd::Simd`: `f32`, AVX2
 //! `__m256`, NEON `float32x4_t`; AVX-512 reuses AVX2) and named identically in `scalar`, `avx2`,
 //! `avx512` and `neon`. The matrix micro-kernel, `dot`, the reductions, `exp`, SiLU/sigmoid/
-//! SwiGLU and DyT are hand-written per ISA.
+//! SwiGLU and DyT are hand-written per ISA; on AVX-512, `exp_sub_sum` and `swiglu` run 16 lanes
+//! with the AVX2 kernels' operations, so they give the AVX2 bits.
 //!
 //! | op | kernels | paths vs scalar |
 //! |---|---|---|
