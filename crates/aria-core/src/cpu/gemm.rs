@@ -23,6 +23,7 @@ use rayon::prelude::*;
 
 #[cfg(target_arch = "x86_64")]
 use super::prefetch::Prefetch;
+#[cfg(target_arch = "x86_64")]
 use super::scalar::MR;
 use super::{dispatch, panel_width, tile_rows, Isa};
 use crate::{CoreError, DType, Result, Tensor};
