@@ -359,14 +359,9 @@ fn gemm_impl(
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = packs_a;
-    let Plan {
-        mbs,
-        mt,
-        nt,
-        per_block,
-        own,
-    } = Plan::new(isa, m, n, k, b, panels);
-    let pre = panels.or(own.as_ref()).map(|p| &p.data[..]);
+    let plan = Plan::new(isa, m, n, k, b, panels);
+    let (mbs, mt, nt, per_block) = (plan.mbs, plan.mt, plan.nt, plan.per_block);
+    let pre = panels.or(plan.own.as_ref()).map(|p| &p.data[..]);
     let blocks: Vec<(usize, usize, Vec<f32>)> = (0..mt * nt)
         .into_par_iter()
         .map(|t| {
@@ -464,14 +459,9 @@ unsafe fn gemm_pa(
     bias: Option<&[f32]>,
     c: *mut f32,
 ) {
-    let Plan {
-        mbs,
-        mt,
-        nt,
-        per_block,
-        own,
-    } = Plan::new(isa, m, n, k, b, panels);
-    let pre = panels.or(own.as_ref()).map(|p| &p.data[..]);
+    let plan = Plan::new(isa, m, n, k, b, panels);
+    let (mbs, mt, nt, per_block) = (plan.mbs, plan.mt, plan.nt, plan.per_block);
+    let pre = panels.or(plan.own.as_ref()).map(|p| &p.data[..]);
     // x86-64: A packed once into micro-panels shared by every task, each task writing its block
     // of C in place (see [`block_pa`]).
     let tr = tile_rows(isa);
@@ -767,34 +757,15 @@ unsafe fn block_pa(
                 }
                 let mr = tr.min(mb - t * tr);
                 let at = &slab_a[t * kc * tr..(t + 1) * kc * tr];
-                let ct = &mut cl[t * tr * LDL + p * nr..];
+                let ct = cl[t * tr * LDL + p * nr..].as_mut_ptr();
+                let kernel = if isa == Isa::Avx512 {
+                    super::avx512::gemm_tile_pa
+                } else {
+                    super::avx2::gemm_tile_pa
+                };
                 // SAFETY: the tile (mr ≤ tr rows of LDL from t·tr, nc ≤ nr columns from p·nr,
                 // inside LDL) lies inside `cl`; the path's features are guaranteed by the caller.
-                unsafe {
-                    if isa == Isa::Avx512 {
-                        super::avx512::gemm_tile_pa(
-                            mr,
-                            kc,
-                            at,
-                            panel,
-                            ct.as_mut_ptr(),
-                            LDL,
-                            nc,
-                            k0 > 0,
-                        )
-                    } else {
-                        super::avx2::gemm_tile_pa(
-                            mr,
-                            kc,
-                            at,
-                            panel,
-                            ct.as_mut_ptr(),
-                            LDL,
-                            nc,
-                            k0 > 0,
-                        )
-                    }
-                };
+                unsafe { kernel(mr, kc, at, panel, ct, LDL, nc, k0 > 0) };
             }
         }
         k0 += kc;
