@@ -462,8 +462,6 @@ unsafe fn gemm_pa(
     let plan = Plan::new(isa, m, n, k, b, panels);
     let (mbs, mt, nt, per_block) = (plan.mbs, plan.mt, plan.nt, plan.per_block);
     let pre = panels.or(plan.own.as_ref()).map(|p| &p.data[..]);
-    // x86-64: A packed once into micro-panels shared by every task, each task writing its block
-    // of C in place (see [`block_pa`]).
     let tr = tile_rows(isa);
     let mp = m.div_ceil(tr) * tr;
     let mut ap: Vec<f32> = Vec::with_capacity(mp * k);
@@ -715,7 +713,8 @@ const LDL: usize = NB + 16;
 ///
 /// # Safety
 /// `isa` must be a detected x86-64 path (AVX2 + FMA, or AVX-512F with them), and
-/// `c[r·ldc + j]` for `r < mb`, `j < nb` valid and touched by no other thread during the call.
+/// `c[r·ldc + j]` for `r < mb`, `j < nb` valid for writes (initialised or not; they are only
+/// written) and touched by no other thread during the call.
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn block_pa(
