@@ -374,7 +374,7 @@ fn text_precision_flag() {
         );
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && err.contains("AMX-BF16"), "{err}");
-        if aria_core::nn::Bf16DotWeight::native() {
+        if aria_core::nn::Bf16DotWeight::faster_than_f32() {
             assert_eq!(default, dot);
             assert_ne!(default, f32);
         } else {

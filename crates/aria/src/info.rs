@@ -92,8 +92,12 @@ pub fn model_info(files: &ModelFiles) -> Result<ModelInfo> {
              --text-precision f32 computes in f32)"
         }
         aria_dit::t5gemma::Precision::Bf16Dot => {
-            "bf16 products with f32 accumulation (this CPU has AVX-512 BF16; --text-precision \
-             f32 computes in f32)"
+            "bf16 products with f32 accumulation (this CPU runs AVX-512 BF16 products at twice \
+             the f32 rate; --text-precision f32 computes in f32)"
+        }
+        _ if aria_core::nn::Bf16DotWeight::native() => {
+            "f32 (this CPU's AVX-512 BF16 products run slower than its f32 ones; \
+             --text-precision bf16-dot uses them)"
         }
         _ => "f32",
     };

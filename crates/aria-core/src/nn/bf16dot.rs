@@ -102,6 +102,13 @@ impl Bf16DotWeight {
         bf16dot::native()
     }
 
+    /// Whether this CPU runs the product faster than f32 FMA ([`bf16dot::beats_f32`]: AVX-512
+    /// BF16 on an AMD core, where `vdpbf16ps` runs at twice the f32 rate; Intel cores run it at
+    /// half the f32 rate).
+    pub fn faster_than_f32() -> bool {
+        bf16dot::beats_f32()
+    }
+
     /// Whether this CPU runs [`Bf16DotWeight::linear_amx`] on the AMX tile unit (AMX-BF16, and
     /// Linux granting the tile state to the process).
     pub fn amx() -> bool {

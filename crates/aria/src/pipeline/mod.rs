@@ -77,14 +77,17 @@ pub enum DeviceKind {
 
 /// The text encoder's arithmetic when [`LoadOptions::text_precision`] is `None`: on the CPU,
 /// [`Precision::Bf16Amx`] where the CPU has an AMX-BF16 tile unit (several times the
-/// `vdpbf16ps` rate), else [`Precision::Bf16Dot`] where it has AVX-512 BF16 (`vdpbf16ps`), else
-/// [`Precision::F32`] (where bf16 products would only be emulated); on a GPU, f32.
+/// `vdpbf16ps` rate), else [`Precision::Bf16Dot`] where `vdpbf16ps` outruns f32 FMA (AVX-512
+/// BF16 on AMD Zen 4/5: twice the f32 rate; see
+/// [`Bf16DotWeight::faster_than_f32`](aria_core::nn::Bf16DotWeight::faster_than_f32)), else
+/// [`Precision::F32`] (Intel cores without AMX run `vdpbf16ps` at half the f32 rate; elsewhere
+/// bf16 products would only be emulated); on a GPU, f32.
 pub fn default_text_precision(device: DeviceKind) -> Precision {
     if device != DeviceKind::Cpu {
         Precision::F32
     } else if aria_core::nn::Bf16DotWeight::amx() {
         Precision::Bf16Amx
-    } else if aria_core::nn::Bf16DotWeight::native() {
+    } else if aria_core::nn::Bf16DotWeight::faster_than_f32() {
         Precision::Bf16Dot
     } else {
         Precision::F32
@@ -139,7 +142,8 @@ pub struct LoadOptions {
     /// Decode in the official 128-latent chunks (`None`: as `model.pretransform.chunked` says).
     pub chunked_decode: Option<bool>,
     /// Arithmetic of the text encoder (`None`: [`default_text_precision`], the fastest: bf16
-    /// products with f32 accumulation on CPUs with AVX-512 BF16, f32 elsewhere; `Some(F32)` the
+    /// products with f32 accumulation on the AMX unit or where `vdpbf16ps` outruns f32 FMA,
+    /// f32 elsewhere; `Some(F32)` the
     /// closest to exact; `Some(Bf16)` replays the reference's bf16 arithmetic, which reproduces
     /// the official conditioning of the released bf16 T5Gemma bit for bit on AVX2-class CPUs).
     pub text_precision: Option<Precision>,
