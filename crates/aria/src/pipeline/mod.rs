@@ -78,7 +78,7 @@ pub enum DeviceKind {
 /// The text encoder's arithmetic when [`LoadOptions::text_precision`] is `None`: on the CPU,
 /// [`Precision::Bf16Amx`] where the CPU has an AMX-BF16 tile unit (several times the
 /// `vdpbf16ps` rate), else [`Precision::Bf16Dot`] where `vdpbf16ps` outruns f32 FMA (AVX-512
-/// BF16 on AMD Zen 4/5: twice the f32 rate; see
+/// BF16 on AMD cores: twice the f32 rate on Zen 5; see
 /// [`Bf16DotWeight::faster_than_f32`](aria_core::nn::Bf16DotWeight::faster_than_f32)), else
 /// [`Precision::F32`] (Intel cores without AMX run `vdpbf16ps` at half the f32 rate; elsewhere
 /// bf16 products would only be emulated); on a GPU, f32.
@@ -143,9 +143,9 @@ pub struct LoadOptions {
     pub chunked_decode: Option<bool>,
     /// Arithmetic of the text encoder (`None`: [`default_text_precision`], the fastest: bf16
     /// products with f32 accumulation on the AMX unit or where `vdpbf16ps` outruns f32 FMA,
-    /// f32 elsewhere; `Some(F32)` the
-    /// closest to exact; `Some(Bf16)` replays the reference's bf16 arithmetic, which reproduces
-    /// the official conditioning of the released bf16 T5Gemma bit for bit on AVX2-class CPUs).
+    /// f32 elsewhere; `Some(F32)` the closest to exact; `Some(Bf16)` replays the reference's
+    /// bf16 arithmetic, which reproduces the official conditioning of the released bf16 T5Gemma
+    /// bit for bit on AVX2-class CPUs).
     pub text_precision: Option<Precision>,
     /// Where the models run (see [`DeviceKind::check`]).
     pub device: DeviceKind,
