@@ -36,8 +36,11 @@
 //! | `sin_pi`, `glu` (sin gate of SAME-L) | `sin_pi`, `sin_pi_glu` | three-part π reduction, ≤ 1.2e-7 absolute |
 //! | `dyt`, `qkv_heads` DyT QK-norm | `dyt` | vector `tanh`, 3 ulp |
 //!
-//! Portable on purpose (one kernel for every path): the pure data movement (`split_heads`
-//! without norm, `merge_heads`, `pad`, `fill_masked_rows`, layout copies: `copy_from_slice`);
+//! The B panels of the matrix product are packed from `[N, K]` weights through register-block
+//! transposes (`cpu::transpose`: 16 × 16 on AVX-512F, 8 × 8 on AVX2; the same values in the same
+//! places as the portable loop). Portable on purpose (one kernel for every path): the other
+//! pure data movement (`split_heads` without norm, `merge_heads`, `pad`, `fill_masked_rows`,
+//! layout copies: `copy_from_slice`);
 //! `tanh` (the codec's soft clip is pinned to `f32::tanh`); `std_last` (sequential f32 sums, as
 //! documented); `apg_guidance` (f64 reductions in element order define its bits);
 //! `fourier_features` and the RoPE tables (correctly rounded f64 sine/cosine). Every
@@ -63,6 +66,7 @@ pub(crate) mod neon;
 mod prefetch;
 pub mod scalar;
 pub(crate) mod simd;
+pub(crate) mod transpose;
 
 /// An instruction-set path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -3,6 +3,7 @@
 use half::{bf16, f16, slice::HalfFloatSliceExt};
 
 use super::KC;
+use crate::cpu::{transpose, Isa};
 use crate::{CoreError, DType, Result, Tensor};
 
 /// Elements of a contiguous float tensor, typed when the storage is aligned for it.
@@ -165,12 +166,7 @@ impl BSrc<'_> {
 pub(super) const TB: usize = 16;
 
 /// `out[kk·nr + jj] = src[jj·ld + kk]` for `jj < nc`, `kk < kc`: `nc` rows of `kc` elements
-/// written as columns of a panel of width `nr`. Groups of [`TB`] rows go through TB × TB blocks
-/// (TB reads of TB contiguous elements, TB contiguous writes), which the compiler keeps in
-/// vector registers: ~2.6× the speed of the element-by-element transpose on weights streamed
-/// from memory (13 vs 5 GB/s here), and the same values in the same places. (Built for the
-/// baseline ISA on purpose: AVX2/AVX-512 builds of this loop measured slower, and software
-/// prefetching of the next rows did not help.)
+/// written as columns of a panel of width `nr`, on the detected path ([`transpose_rows_on`]).
 pub(super) fn transpose_rows(
     src: &[f32],
     ld: usize,
@@ -179,6 +175,48 @@ pub(super) fn transpose_rows(
     nr: usize,
     out: &mut [f32],
 ) {
+    transpose_rows_on(Isa::detect(), src, ld, kc, nc, nr, out)
+}
+
+/// [`transpose_rows`] on `isa`: where it has a register-block transpose
+/// ([`transpose::square`], s × s with s = 16 on AVX-512F, 8 on AVX2), groups of s rows go
+/// through it s columns at a time; the rest (and every row on other paths) through
+/// [`TB`] × [`TB`] blocks copied element by element, which is ~2.6× the speed of the
+/// element-by-element transpose on weights streamed from memory. The same values in the same
+/// places on every path.
+pub(super) fn transpose_rows_on(
+    isa: Isa,
+    src: &[f32],
+    ld: usize,
+    kc: usize,
+    nc: usize,
+    nr: usize,
+    out: &mut [f32],
+) {
+    let s = transpose::block(isa);
+    let mut jj = 0;
+    if s > 0 && nr.is_multiple_of(s) && kc >= s {
+        while jj + s <= nc {
+            let mut kk = 0;
+            while kk + s <= kc {
+                transpose::square(isa, &src[jj * ld + kk..], ld, &mut out[kk * nr + jj..], nr);
+                kk += s;
+            }
+            for kk in kk..kc {
+                for r in 0..s {
+                    out[kk * nr + jj + r] = src[(jj + r) * ld + kk];
+                }
+            }
+            jj += s;
+        }
+    }
+    if jj < nc {
+        transpose_portable(&src[jj * ld..], ld, kc, nc - jj, nr, &mut out[jj..]);
+    }
+}
+
+/// The portable blocked transpose of [`transpose_rows_on`].
+fn transpose_portable(src: &[f32], ld: usize, kc: usize, nc: usize, nr: usize, out: &mut [f32]) {
     let mut jj = 0;
     while jj + TB <= nc {
         let rows: [&[f32]; TB] = std::array::from_fn(|r| &src[(jj + r) * ld..(jj + r) * ld + kc]);

@@ -1,7 +1,8 @@
 use half::{bf16, f16};
 
-use super::source::{transpose_rows, TB};
+use super::source::{transpose_rows, transpose_rows_on, TB};
 use super::*;
+use crate::cpu::Isa;
 use crate::DType;
 
 /// Unaligned f32/f16/bf16 weight bytes (as in a memory-mapped file) give the same product as
@@ -197,6 +198,10 @@ fn transpose_rows_matches_elementwise() {
         (TB + 5, TB + 3, 32, TB + 9),
         (7, 5, 32, 9),
         (2 * TB, 256, 32, 300),
+        (8, 8, 16, 8),
+        (9, 15, 16, 17),
+        (16, 17, 16, 21),
+        (27, 40, 32, 45),
     ] {
         let src: Vec<f32> = (0..nc * ld).map(|i| i as f32).collect();
         let mut want = vec![-1f32; kc * nr];
@@ -208,5 +213,10 @@ fn transpose_rows_matches_elementwise() {
         let mut got = vec![-1f32; kc * nr];
         transpose_rows(&src, ld, kc, nc, nr, &mut got);
         assert_eq!(got, want, "nc {nc} kc {kc} nr {nr} ld {ld}");
+        for isa in Isa::available() {
+            let mut got = vec![-1f32; kc * nr];
+            transpose_rows_on(isa, &src, ld, kc, nc, nr, &mut got);
+            assert_eq!(got, want, "{isa:?}: nc {nc} kc {kc} nr {nr} ld {ld}");
+        }
     }
 }
