@@ -15,6 +15,7 @@
 
 use rayon::prelude::*;
 
+use super::aligned::LineAligned;
 use super::bf16dot::{to_bf16, Bf16Panels, CPtr, NR};
 
 /// Rows (and columns) of a tile of C; a tile of A holds [`TK`] pairs of each of its rows.
@@ -134,27 +135,30 @@ unsafe fn pack_row_avx512(src: &[f32], dst: &mut [u32]) {
     }
 }
 
-/// `c[M, N] = a[M, K] · Wᵀ (+ bias)` on the AMX unit (on the current rayon pool). The caller
-/// checked [`available`], that `c` holds `m·n` elements, `a` `m` rows of `lda ≥ K`, and that
-/// M, N and K are not zero.
-pub(super) fn matmul(
+/// `c[M, N] = a[M, K] · Wᵀ (+ bias)` on the AMX unit (on the current rayon pool); every
+/// element of C is written, none read, so C may be uninitialised.
+///
+/// # Safety
+/// [`available`] holds; `c` is valid for `m·n` writes and not accessed elsewhere meanwhile; `a`
+/// holds `m` rows of `lda ≥ K`; M, N and K are not zero.
+pub(super) unsafe fn matmul(
     m: usize,
     a: &[f32],
     lda: usize,
     w: &Bf16Panels,
     bias: Option<&[f32]>,
-    c: &mut [f32],
+    c: *mut f32,
 ) {
     let (n, k, kps) = (w.n(), w.k(), w.kps());
     debug_assert!(kps % TK == 0 && m > 0 && n > 0 && k > 0);
     let nq = kps / TK;
     // Row tiles padded to an even count (the kernel takes two at a time).
     let mt = m.div_ceil(2 * T) * 2;
-    let mut ap = vec![0u32; mt * nq * T * TK];
+    let mut ap = LineAligned::zeroed(mt * nq * T * TK);
     pack_a(a, lda, m, k, kps, &mut ap);
     let nct = n.div_ceil(T);
     let (tasks_m, tasks_n) = (m.div_ceil(MB), nct.div_ceil(CB));
-    let cp = CPtr(c.as_mut_ptr());
+    let cp = CPtr(c);
     let data = w.data();
     (0..tasks_m * tasks_n).into_par_iter().for_each(|task| {
         let (ti, tj) = (task / tasks_n, task % tasks_n);
@@ -173,35 +177,54 @@ pub(super) fn matmul(
             for rt in (r0 / T..r1.div_ceil(T)).step_by(2) {
                 let a0 = ap[rt * nq * T * TK..].as_ptr();
                 let a1 = ap[(rt + 1) * nq * T * TK..].as_ptr();
-                // SAFETY: AMX was granted (`available`, checked by the caller) and the tiles are
-                // configured (`_tiles`); A tiles rt, rt + 1 hold nq blocks of 1 KiB each (mt is
-                // even), B tiles ct (and ct + 1 when `pair`) lie in panels of kps pairs
-                // (ct < ⌈n/16⌉ ≤ 3·panels); the scratch holds 32 × 32 f32.
-                unsafe {
-                    if pair {
-                        kernel_2x2(nq, a0, a1, btile(ct), btile(ct + 1), scratch.as_mut_ptr());
-                    } else {
-                        kernel_2x1(nq, a0, a1, btile(ct), scratch.as_mut_ptr());
-                    }
-                }
-                // Copy the valid part of the 32 × 32 block into C, with the bias.
                 let (i0, j0) = (rt * T, ct * T);
                 let rows = (2 * T).min(r1 - i0);
                 let cols = (if pair { 2 * T } else { T }).min(n - j0);
+                // A block wholly inside C is stored there directly (row stride n); an edge
+                // block goes through the scratch (row stride 32).
+                let direct = rows == 2 * T && cols == 2 * T;
+                let (dst, ld) = if direct {
+                    // SAFETY: rows i0..i0 + 32 and columns j0..j0 + 32 lie inside C.
+                    (unsafe { cp.0.add(i0 * n + j0) }, n)
+                } else {
+                    (scratch.as_mut_ptr(), 2 * T)
+                };
+                // SAFETY: AMX was granted (`available`, the caller's contract) and the tiles
+                // are configured (`_tiles`); A tiles rt, rt + 1 hold nq blocks of 1 KiB each
+                // (mt is even), B tiles ct (and ct + 1 when `pair`) lie in panels of kps pairs
+                // (ct < ⌈n/16⌉ ≤ 3·panels); `dst` takes 32 rows of 32 (or 16) f32 at stride
+                // `ld`: the scratch, or this task's block of C (rows r0..r1, tiles c0..c1).
+                unsafe {
+                    if pair {
+                        kernel_2x2(nq, a0, a1, btile(ct), btile(ct + 1), dst, ld);
+                    } else {
+                        kernel_2x1(nq, a0, a1, btile(ct), dst, ld);
+                    }
+                }
+                if direct && bias.is_none() {
+                    continue;
+                }
                 for r in 0..rows {
-                    // SAFETY: row i0 + r < r1 ≤ m, columns j0..j0 + cols < n: inside C, and in
-                    // this task's rows r0..r1 and column tiles c0..c1 alone.
-                    let dst = unsafe {
-                        std::slice::from_raw_parts_mut(cp.0.add((i0 + r) * n + j0), cols)
-                    };
-                    let src = &scratch[r * 2 * T..r * 2 * T + cols];
-                    match bias {
-                        Some(b) => {
-                            for ((d, s), bv) in dst.iter_mut().zip(src).zip(&b[j0..j0 + cols]) {
-                                *d = s + bv;
+                    // SAFETY: row i0 + r < r1 ≤ m, columns j0..j0 + cols ≤ n: inside C, and in
+                    // this task's rows and column tiles alone.
+                    let row = unsafe { cp.0.add((i0 + r) * n + j0) };
+                    match (direct, bias) {
+                        // SAFETY: the kernel wrote this row of C just now.
+                        (true, Some(b)) => unsafe {
+                            let d = std::slice::from_raw_parts_mut(row, cols);
+                            for (d, bv) in d.iter_mut().zip(&b[j0..j0 + cols]) {
+                                *d += bv;
+                            }
+                        },
+                        (true, None) => {}
+                        (false, _) => {
+                            let src = &scratch[r * 2 * T..r * 2 * T + cols];
+                            for (j, &s) in src.iter().enumerate() {
+                                let v = s + bias.map_or(0.0, |b| b[j0 + j]);
+                                // SAFETY: as above; written, never read uninitialised.
+                                unsafe { row.add(j).write(v) };
                             }
                         }
-                        None => dst.copy_from_slice(src),
                     }
                 }
             }
@@ -239,13 +262,13 @@ impl Drop for Tiles {
     }
 }
 
-/// Two row tiles × two column tiles over `nq` pair blocks: `s[32][32]` (stride 128 bytes) =
+/// Two row tiles × two column tiles over `nq` pair blocks: `s[32][32]` (row stride `ld` f32) =
 /// A tiles `a0` (rows 0–15), `a1` (rows 16–31) · B tiles `b0` (columns 0–15), `b1` (16–31).
 ///
 /// # Safety
 /// Tiles configured as by [`Tiles::configure`]; `a0`, `a1` valid for `nq` consecutive 1 KiB
 /// blocks; `b0`, `b1` valid for `16·nq` rows of 64 bytes at a stride of `NR·4` bytes; `s` for
-/// 32 × 32 f32.
+/// 32 rows of 32 f32 at a stride of `ld ≥ 32`.
 unsafe fn kernel_2x2(
     nq: usize,
     a0: *const u32,
@@ -253,6 +276,7 @@ unsafe fn kernel_2x2(
     b0: *const u32,
     b1: *const u32,
     s: *mut f32,
+    ld: usize,
 ) {
     // SAFETY: the caller guarantees the extents and the tile configuration.
     unsafe {
@@ -276,10 +300,10 @@ unsafe fn kernel_2x2(
             "add {b1}, {bstep}",
             "dec {q}",
             "jnz 2b",
-            "tilestored [{s0} + {s128}*1], tmm0",
-            "tilestored [{s1} + {s128}*1], tmm1",
-            "tilestored [{s2} + {s128}*1], tmm2",
-            "tilestored [{s3} + {s128}*1], tmm3",
+            "tilestored [{s0} + {sc}*1], tmm0",
+            "tilestored [{s1} + {sc}*1], tmm1",
+            "tilestored [{s2} + {sc}*1], tmm2",
+            "tilestored [{s3} + {sc}*1], tmm3",
             q = inout(reg) nq => _,
             a0 = inout(reg) a0 => _,
             a1 = inout(reg) a1 => _,
@@ -288,11 +312,11 @@ unsafe fn kernel_2x2(
             sb = in(reg) NR * 4,
             bstep = in(reg) TK * NR * 4,
             s64 = in(reg) 64usize,
-            s128 = in(reg) 128usize,
+            sc = in(reg) ld * 4,
             s0 = in(reg) s,
             s1 = in(reg) s.add(T),
-            s2 = in(reg) s.add(T * 2 * T),
-            s3 = in(reg) s.add(T * 2 * T + T),
+            s2 = in(reg) s.add(T * ld),
+            s3 = in(reg) s.add(T * ld + T),
             options(nostack),
         );
     }
@@ -301,8 +325,15 @@ unsafe fn kernel_2x2(
 /// [`kernel_2x2`] with one column tile (`s` columns 0–15).
 ///
 /// # Safety
-/// As for [`kernel_2x2`], without `b1`.
-unsafe fn kernel_2x1(nq: usize, a0: *const u32, a1: *const u32, b0: *const u32, s: *mut f32) {
+/// As for [`kernel_2x2`], without `b1`; `s` valid for 32 rows of 16 f32 at a stride of `ld`.
+unsafe fn kernel_2x1(
+    nq: usize,
+    a0: *const u32,
+    a1: *const u32,
+    b0: *const u32,
+    s: *mut f32,
+    ld: usize,
+) {
     // SAFETY: the caller guarantees the extents and the tile configuration.
     unsafe {
         std::arch::asm!(
@@ -319,8 +350,8 @@ unsafe fn kernel_2x1(nq: usize, a0: *const u32, a1: *const u32, b0: *const u32, 
             "add {b0}, {bstep}",
             "dec {q}",
             "jnz 2b",
-            "tilestored [{s0} + {s128}*1], tmm0",
-            "tilestored [{s2} + {s128}*1], tmm2",
+            "tilestored [{s0} + {sc}*1], tmm0",
+            "tilestored [{s2} + {sc}*1], tmm2",
             q = inout(reg) nq => _,
             a0 = inout(reg) a0 => _,
             a1 = inout(reg) a1 => _,
@@ -328,9 +359,9 @@ unsafe fn kernel_2x1(nq: usize, a0: *const u32, a1: *const u32, b0: *const u32, 
             sb = in(reg) NR * 4,
             bstep = in(reg) TK * NR * 4,
             s64 = in(reg) 64usize,
-            s128 = in(reg) 128usize,
+            sc = in(reg) ld * 4,
             s0 = in(reg) s,
-            s2 = in(reg) s.add(T * 2 * T),
+            s2 = in(reg) s.add(T * ld),
             options(nostack),
         );
     }

@@ -23,6 +23,7 @@
 //! [`Kernel::Amx`] multiplies on the AMX tile unit instead: the same inputs and accumulation
 //! order per output, but the unit's own rounding inside each tile product, so its bits are its own.
 
+use super::aligned::LineAligned;
 use rayon::prelude::*;
 
 /// Output columns per panel (two 16-lane vectors).
@@ -194,7 +195,8 @@ pub struct Bf16Panels {
     k: usize,
     /// Pairs per panel column (`⌈K/2⌉` padded with zero pairs to a multiple of 16).
     kps: usize,
-    data: Vec<u32>,
+    /// Starts a cache line: a tile row of 16 pairs is one line (the AMX product loads them).
+    data: LineAligned,
 }
 
 impl std::fmt::Debug for Bf16Panels {
@@ -208,7 +210,7 @@ impl Bf16Panels {
     /// `out[..k]` (on the current rayon pool, a panel per task).
     pub fn from_rows(n: usize, k: usize, row: impl Fn(usize, &mut [u16]) + Sync) -> Bf16Panels {
         let (kp, kps) = (k.div_ceil(2), padded_pairs(k));
-        let mut data = vec![0u32; n.div_ceil(NR) * kps * NR];
+        let mut data = LineAligned::zeroed(n.div_ceil(NR) * kps * NR);
         if !data.is_empty() {
             data.par_chunks_mut(kps * NR).enumerate().for_each_init(
                 || vec![0u16; 2 * kp],
@@ -277,6 +279,32 @@ pub(super) struct CPtr(pub(super) *mut f32);
 // outlives them.
 unsafe impl Sync for CPtr {}
 
+/// [`matmul`] into a new `m × n` vector. The AMX product writes every element itself, so there
+/// the vector is not zero-filled first.
+pub fn matmul_vec(
+    kernel: Kernel,
+    m: usize,
+    a: &[f32],
+    lda: usize,
+    w: &Bf16Panels,
+    bias: Option<&[f32]>,
+) -> Vec<f32> {
+    let len = m * w.n;
+    #[cfg(target_arch = "x86_64")]
+    if kernel == Kernel::Amx && len > 0 && w.k > 0 && amx_available() {
+        let mut c: Vec<f32> = Vec::with_capacity(len);
+        // SAFETY: `c` has capacity for m × n elements and is only ours; m, n and K are not
+        // zero; AMX was granted (checked just now).
+        unsafe { super::amx::matmul(m, a, lda, w, bias, c.as_mut_ptr()) };
+        // SAFETY: the AMX product wrote all m × n elements.
+        unsafe { c.set_len(len) };
+        return c;
+    }
+    let mut c = vec![0f32; len];
+    matmul(kernel, m, a, lda, w, bias, &mut c);
+    c
+}
+
 /// `c[M, N] = a[M, K] · Wᵀ (+ bias)`, `a[i][kk] = a[i·lda + kk]`, with `kernel`
 /// ([`Kernel::Native`] and [`Kernel::Emulated`] give the same bits). Runs on the current rayon
 /// pool.
@@ -307,7 +335,9 @@ pub fn matmul(
     }
     #[cfg(target_arch = "x86_64")]
     if kernel == Kernel::Amx && amx_available() {
-        super::amx::matmul(m, a, lda, w, bias, c);
+        // SAFETY: `c` holds m × n elements (sliced above), m, n and K are not zero, and AMX
+        // was granted (checked just now).
+        unsafe { super::amx::matmul(m, a, lda, w, bias, c.as_mut_ptr()) };
         return;
     }
     let use_native = kernel != Kernel::Emulated && native();
@@ -740,6 +770,40 @@ mod tests {
             );
             let what = format!("AMX {m}x{k}x{n}");
             same_on_threads(Kernel::Amx, m, &a, k, &p, Some(&b), &got, &what);
+        }
+    }
+
+    /// Without a bias, full 32 × 32 blocks are stored straight into C and edge blocks through
+    /// the scratch: every output is the biased product less its bias (exactly: the same
+    /// accumulation), and the new-vector entry gives the slice entry's bits.
+    #[test]
+    fn amx_direct_stores_and_new_vectors() {
+        if !amx_available() {
+            eprintln!("SKIPPED: this CPU (or OS) has no AMX-BF16 tile unit");
+            return;
+        }
+        for (m, k, n) in [(64, 96, 64), (301, 770, 200), (32, 32, 48), (5, 40, 33)] {
+            let Case { a, b, p, got, .. } = case(17, (m, k, n), Kernel::Amx);
+            let mut plain = vec![f32::NAN; m * n];
+            matmul(Kernel::Amx, m, &a, k, &p, None, &mut plain);
+            let zero = vec![0f32; n];
+            let mut zb = vec![f32::NAN; m * n];
+            matmul(Kernel::Amx, m, &a, k, &p, Some(&zero), &mut zb);
+            for (i, (x, z)) in plain.iter().zip(&zb).enumerate() {
+                assert!(
+                    x == z,
+                    "{m}x{k}x{n} [{i}]: {x} without bias, {z} with zeros"
+                );
+            }
+            let v = matmul_vec(Kernel::Amx, m, &a, k, &p, Some(&b));
+            assert_eq!(v.len(), m * n);
+            for (i, (x, y)) in v.iter().zip(&got).enumerate() {
+                assert_eq!(x.to_bits(), y.to_bits(), "{m}x{k}x{n} [{i}]");
+            }
+            let v = matmul_vec(Kernel::Amx, m, &a, k, &p, None);
+            for (i, (x, y)) in v.iter().zip(&plain).enumerate() {
+                assert_eq!(x.to_bits(), y.to_bits(), "{m}x{k}x{n} [{i}] (no bias)");
+            }
         }
     }
 }

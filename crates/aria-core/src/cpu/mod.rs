@@ -51,6 +51,7 @@
 use std::cell::Cell;
 use std::sync::OnceLock;
 
+pub(crate) mod aligned;
 #[cfg(target_arch = "x86_64")]
 mod amx;
 #[cfg(target_arch = "x86_64")]

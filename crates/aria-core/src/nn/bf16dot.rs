@@ -204,9 +204,8 @@ impl Bf16DotWeight {
         let m: usize = xs[..xs.len() - 1].iter().product();
         let xd = f32_data(x)?;
         let bd = bias.map(f32_data).transpose()?;
-        let mut out = vec![0f32; m * n];
-        threads::install(|| {
-            bf16dot::matmul(kernel, m, &xd, k, &self.panels, bd.as_deref(), &mut out)
+        let out = threads::install(|| {
+            bf16dot::matmul_vec(kernel, m, &xd, k, &self.panels, bd.as_deref())
         });
         let mut shape = xs.to_vec();
         if let Some(l) = shape.last_mut() {
