@@ -1,14 +1,12 @@
-//! AVX-512F matrix micro-kernel (x86-64): [`gemm_tile`] on panels of 32 columns. Every other
-//! kernel of this path is the AVX2 one (re-exported), so the CPU must support AVX2 and FMA too.
+//! AVX-512F matrix micro-kernel (x86-64): [`gemm_tile`] on panels of 32 columns, and the
+//! element-wise row kernels at 16 lanes (the generic kernels on `simd::V16`, each lane computed
+//! by the AVX2 path's operations, so they give its bits). The reductions and the other kernels
+//! of this path are the AVX2 ones (re-exported), so the CPU must support AVX2 and FMA too.
 #![allow(clippy::incompatible_msrv)]
 
 use std::arch::x86_64::*;
 
-pub use super::avx2::{
-    add_mul_to, add_to, affine, axpby, dot, dyt, geglu, geglu_tanh, gelu, gelu_tanh,
-    layer_norm_row, max, norm_gain, norm_gain1p, norm_gain_modulate, rope_half, scale, sigmoid,
-    silu, sin_pi, sin_pi_glu, softcap, sum, sumsq, sumsq_dev,
-};
+pub use super::avx2::{dot, dyt, max, scale, sigmoid, silu, sum, sumsq, sumsq_dev};
 use super::scalar;
 
 /// Panel width of this path.
@@ -293,6 +291,9 @@ pub unsafe fn gemm_tile(
     }
 }
 
+super::kernels::row_kernels!(arith: super::simd::V16, [unsafe], #[target_feature(enable = "avx512f")]);
+super::kernels::row_kernels!(transcendental: super::simd::V16, #[target_feature(enable = "avx512f")]);
+
 #[cfg(test)]
 mod tests {
     /// Values across exp's range and its clamps, with infinities, NaN and signed zeros.
@@ -318,8 +319,12 @@ mod tests {
         v.iter().map(|x| x.to_bits()).collect()
     }
 
-    /// The 16-lane `exp_sub_sum` and `swiglu` give the AVX2 kernels' bits, element by element
-    /// and for the sum, at lengths around the vector widths.
+    type Glu = unsafe fn(&mut [f32], &[f32], &[f32]);
+    type Un = unsafe fn(&mut [f32]);
+
+    /// The 16-lane kernels (`exp_sub_sum`, `swiglu` and the element-wise kernels on `V16`) give
+    /// the AVX2 kernels' bits, element by element and for the sum, at lengths around the vector
+    /// widths, with ±∞, NaN, −0 and values past the clamps among the inputs.
     #[test]
     fn sixteen_lanes_match_avx2_bits() {
         if !(super::super::Isa::Avx512.is_available()) {
@@ -348,6 +353,75 @@ mod tests {
                 super::super::avx2::swiglu(&mut b, &v, &g);
             }
             assert_eq!(bits(&a), bits(&b), "swiglu n {n}");
+            // The element-wise kernels stamped on `V16`: the AVX2 bits, element by element.
+            let glu: [(&str, Glu, Glu); 3] = [
+                ("geglu", super::geglu, super::super::avx2::geglu),
+                (
+                    "geglu_tanh",
+                    super::geglu_tanh,
+                    super::super::avx2::geglu_tanh,
+                ),
+                (
+                    "sin_pi_glu",
+                    super::sin_pi_glu,
+                    super::super::avx2::sin_pi_glu,
+                ),
+            ];
+            for (name, f16, f8) in glu {
+                let (mut a, mut b) = (vec![0f32; n], vec![0f32; n]);
+                // SAFETY: as above.
+                unsafe {
+                    f16(&mut a, &v, &g);
+                    f8(&mut b, &v, &g);
+                }
+                assert_eq!(bits(&a), bits(&b), "{name} n {n}");
+            }
+            let un: [(&str, Un, Un); 3] = [
+                ("gelu", super::gelu, super::super::avx2::gelu),
+                ("gelu_tanh", super::gelu_tanh, super::super::avx2::gelu_tanh),
+                ("sin_pi", super::sin_pi, super::super::avx2::sin_pi),
+            ];
+            for (name, f16, f8) in un {
+                let (mut a, mut b) = (v.clone(), v.clone());
+                // SAFETY: as above.
+                unsafe {
+                    f16(&mut a);
+                    f8(&mut b);
+                }
+                assert_eq!(bits(&a), bits(&b), "{name} n {n}");
+            }
+            let (mut a, mut b) = (v.clone(), v.clone());
+            // SAFETY: as above.
+            unsafe {
+                super::softcap(&mut a, 2.5);
+                super::super::avx2::softcap(&mut b, 2.5);
+            }
+            assert_eq!(bits(&a), bits(&b), "softcap n {n}");
+            let (c, s) = (values(n, 5 * n as u32 + 3), values(n, 11 * n as u32 + 4));
+            let (mut a, mut b) = (vec![0f32; n], vec![0f32; n]);
+            // SAFETY: as above.
+            unsafe {
+                super::norm_gain_modulate(&mut a, &v, 0.75, &g, &c, &s);
+                super::super::avx2::norm_gain_modulate(&mut b, &v, 0.75, &g, &c, &s);
+            }
+            assert_eq!(bits(&a), bits(&b), "norm_gain_modulate n {n}");
+            let (mut a, mut b) = (v.clone(), v.clone());
+            // SAFETY: as above.
+            unsafe {
+                super::rope_half(&mut a, &c, &s);
+                super::super::avx2::rope_half(&mut b, &c, &s);
+                super::add_mul_to(&mut a, &g, &c);
+                super::super::avx2::add_mul_to(&mut b, &g, &c);
+                super::axpby(&mut a, 0.3, &g, -1.7, &s);
+                super::super::avx2::axpby(&mut b, 0.3, &g, -1.7, &s);
+                super::affine(&mut a, 1.25, -0.5);
+                super::super::avx2::affine(&mut b, 1.25, -0.5);
+            }
+            assert_eq!(
+                bits(&a),
+                bits(&b),
+                "rope_half, add_mul_to, axpby, affine n {n}"
+            );
         }
     }
 }

@@ -168,7 +168,7 @@ impl Simd for f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86::V8;
+pub(crate) use x86::{V16, V8};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -288,6 +288,129 @@ mod x86 {
             unsafe {
                 let a = self.abs();
                 _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_GT_OQ>(a.0, _mm256_set1_ps(lim))) != 0
+            }
+        }
+    }
+
+    /// 16 lanes of AVX-512F, each lane computed by the operation [`V8`] uses (the same
+    /// rounding, comparisons and integer steps), so an element-wise kernel gives the AVX2 bits.
+    #[derive(Clone, Copy)]
+    pub(crate) struct V16(__m512);
+
+    // SAFETY (every method): register intrinsics, or loads/stores of 16 lanes at a pointer the
+    // caller vouches for; the caller runs with AVX-512F detected.
+    #[allow(clippy::incompatible_msrv)]
+    impl Simd for V16 {
+        const N: usize = 16;
+        #[inline(always)]
+        unsafe fn splat(v: f32) -> Self {
+            unsafe { V16(_mm512_set1_ps(v)) }
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            unsafe { V16(_mm512_loadu_ps(p)) }
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            unsafe { _mm512_storeu_ps(p, self.0) }
+        }
+        #[inline(always)]
+        unsafe fn add(self, b: Self) -> Self {
+            unsafe { V16(_mm512_add_ps(self.0, b.0)) }
+        }
+        #[inline(always)]
+        unsafe fn sub(self, b: Self) -> Self {
+            unsafe { V16(_mm512_sub_ps(self.0, b.0)) }
+        }
+        #[inline(always)]
+        unsafe fn mul(self, b: Self) -> Self {
+            unsafe { V16(_mm512_mul_ps(self.0, b.0)) }
+        }
+        #[inline(always)]
+        unsafe fn div(self, b: Self) -> Self {
+            unsafe { V16(_mm512_div_ps(self.0, b.0)) }
+        }
+        #[inline(always)]
+        unsafe fn fma(self, b: Self, c: Self) -> Self {
+            unsafe { V16(_mm512_fmadd_ps(self.0, b.0, c.0)) }
+        }
+        // `vminps`/`vmaxps` return the second operand where either is NaN, as on AVX2.
+        #[inline(always)]
+        unsafe fn min(self, b: Self) -> Self {
+            unsafe { V16(_mm512_min_ps(self.0, b.0)) }
+        }
+        #[inline(always)]
+        unsafe fn max(self, b: Self) -> Self {
+            unsafe { V16(_mm512_max_ps(self.0, b.0)) }
+        }
+        #[inline(always)]
+        unsafe fn abs(self) -> Self {
+            unsafe {
+                V16(_mm512_castsi512_ps(_mm512_andnot_si512(
+                    _mm512_castps_si512(_mm512_set1_ps(-0.0)),
+                    _mm512_castps_si512(self.0),
+                )))
+            }
+        }
+        #[inline(always)]
+        unsafe fn floor(self) -> Self {
+            // Toward −∞, exceptions suppressed: `_mm256_floor_ps`.
+            unsafe { V16(_mm512_roundscale_ps::<0x09>(self.0)) }
+        }
+        #[inline(always)]
+        unsafe fn round(self) -> Self {
+            // Nearest, ties to even, exceptions suppressed.
+            unsafe { V16(_mm512_roundscale_ps::<0x08>(self.0)) }
+        }
+        #[inline(always)]
+        unsafe fn pow2i(k: Self) -> Self {
+            unsafe {
+                let e = _mm512_add_epi32(_mm512_cvtps_epi32(k.0), _mm512_set1_epi32(127));
+                V16(_mm512_castsi512_ps(_mm512_slli_epi32::<23>(e)))
+            }
+        }
+        #[inline(always)]
+        unsafe fn select_lt(a: Self, b: Self, x: Self, y: Self) -> Self {
+            unsafe {
+                let m = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a.0, b.0);
+                V16(_mm512_mask_blend_ps(m, y.0, x.0))
+            }
+        }
+        #[inline(always)]
+        unsafe fn with_sign_of(self, s: Self) -> Self {
+            unsafe {
+                let sign = _mm512_and_si512(
+                    _mm512_castps_si512(_mm512_set1_ps(-0.0)),
+                    _mm512_castps_si512(s.0),
+                );
+                V16(_mm512_castsi512_ps(_mm512_or_si512(
+                    _mm512_castps_si512(self.0),
+                    sign,
+                )))
+            }
+        }
+        #[inline(always)]
+        unsafe fn nan_from(self, x: Self) -> Self {
+            unsafe {
+                let m = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x.0, x.0);
+                V16(_mm512_mask_blend_ps(m, self.0, x.0))
+            }
+        }
+        #[inline(always)]
+        unsafe fn neg_if_odd(self, k: Self) -> Self {
+            unsafe {
+                let bit = _mm512_slli_epi32::<31>(_mm512_cvtps_epi32(k.0));
+                V16(_mm512_castsi512_ps(_mm512_xor_si512(
+                    _mm512_castps_si512(self.0),
+                    bit,
+                )))
+            }
+        }
+        #[inline(always)]
+        unsafe fn any_abs_gt(self, lim: f32) -> bool {
+            unsafe {
+                let a = self.abs();
+                _mm512_cmp_ps_mask::<_CMP_GT_OQ>(a.0, _mm512_set1_ps(lim)) != 0
             }
         }
     }
