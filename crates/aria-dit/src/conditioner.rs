@@ -257,6 +257,9 @@ impl NumberConditioner {
     }
 }
 
+/// Positions the truncated encode rounds up to (see [`PromptConditioner::encode_tokens`]).
+const ROW_BLOCK: usize = 32;
+
 /// The T5Gemma prompt conditioner (`T5GemmaConditioner`): tokenizer, encoder, optional output
 /// projection and pad handling (`learned` for SA3: pad rows replaced by `padding_embedding`).
 #[derive(Debug, Clone)]
@@ -362,10 +365,53 @@ impl PromptConditioner {
 
     /// `(prompt_emb, mask)` for already tokenized prompts (the ids and mask are uploaded to the
     /// encoder's device once; both results live there).
+    ///
+    /// Where the pad rows are replaced afterwards (`learned` with its embedding, or `zero`), the
+    /// encoder runs only up to the last real token of the batch: keys past it are excluded from
+    /// every query, so the rows before it come out with the same bits, and the rows after it
+    /// would be replaced anyway (the official code computes all `max_length` and discards
+    /// them). The replay of the reference's bf16 arithmetic always runs every position.
     pub fn encode_tokens(&self, tokens: &TokenBatch) -> Result<(Tensor, Tensor)> {
         let (ids, mask) = tokens.to_device(self.encoder.device())?;
-        let hidden = self.encoder.forward(&ids, &mask)?;
+        let used = self.rows_needed(tokens);
+        let hidden = if used == tokens.len {
+            self.encoder.forward(&ids, &mask)?
+        } else {
+            let (b, h) = (tokens.batch, self.encoder.config().hidden_size);
+            let pad = Tensor::zeros(&[b, tokens.len - used, h], DType::F32);
+            let pad = self.encoder.device().put(&pad)?;
+            if used == 0 {
+                pad
+            } else {
+                let short = tokens.prefix(used)?;
+                let (ids, smask) = short.to_device(self.encoder.device())?;
+                let hs = self.encoder.forward(&ids, &smask)?;
+                Tensor::cat(&[&hs, &pad], 1)?
+            }
+        };
         Ok((self.finish(&hidden, &mask)?, mask))
+    }
+
+    /// The leading positions the encoder runs: every position, unless the pad rows are
+    /// replaced, then up to the last real token of any prompt rounded up to a multiple of 32
+    /// (0 when there is none).
+    pub fn rows_needed(&self, tokens: &TokenBatch) -> usize {
+        let replaced = match self.padding_mode {
+            PaddingMode::Learned => self.padding_embedding.is_some(),
+            PaddingMode::Zero => true,
+            _ => false,
+        };
+        if !replaced || self.encoder.precision() == crate::t5gemma::Precision::Bf16 {
+            return tokens.len;
+        }
+        let last = (0..tokens.len)
+            .rev()
+            .find(|&j| (0..tokens.batch).any(|b| tokens.mask[b * tokens.len + j] != 0))
+            .map_or(0, |j| j + 1);
+        // Whole blocks of 32 keys: the softmax sums and the products then see the real keys in
+        // the same vector lanes and pair blocks as over every position, followed by nothing
+        // but zeros, so the bits do not change.
+        (last.div_ceil(ROW_BLOCK) * ROW_BLOCK).min(tokens.len)
     }
 
     /// The conditioner's output from an encoder output `[B, L, hidden]` and its mask `[B, L]`:

@@ -115,6 +115,32 @@ impl TokenBatch {
         Ok(Tensor::from_slice(&self.mask, &[self.batch, self.len])?)
     }
 
+    /// The first `len` positions of every prompt (`len` at most the padded length).
+    pub fn prefix(&self, len: usize) -> Result<TokenBatch> {
+        if len > self.len {
+            return Err(DitError::Input {
+                what: "token batch".into(),
+                reason: format!(
+                    "a prefix of {len} positions of a [{}, {}] batch",
+                    self.batch, self.len
+                ),
+            });
+        }
+        fn rows<T: Copy>(v: &[T], (batch, full, len): (usize, usize, usize)) -> Vec<T> {
+            v.chunks_exact(full.max(1))
+                .take(batch)
+                .flat_map(|r| r[..len].iter().copied())
+                .collect()
+        }
+        let dims = (self.batch, self.len, len);
+        TokenBatch::new(
+            rows(&self.ids, dims),
+            rows(&self.mask, dims),
+            self.batch,
+            len,
+        )
+    }
+
     /// The ids and the mask ([`Self::ids_tensor`], [`Self::mask_tensor`]) on `device` (one
     /// upload each; none on the CPU).
     pub fn to_device(&self, device: &Device) -> Result<(Tensor, Tensor)> {

@@ -168,6 +168,85 @@ fn text_groups_medium() {
     text_groups("sa3-tiny-medium");
 }
 
+/// `tokens` right-padded to `len` positions.
+fn repad(tokens: &TokenBatch, len: usize) -> TokenBatch {
+    let (mut ids, mut mask) = (
+        vec![0i64; tokens.batch * len],
+        vec![0u8; tokens.batch * len],
+    );
+    for b in 0..tokens.batch {
+        let (src, dst) = (
+            b * tokens.len..(b + 1) * tokens.len,
+            b * len..b * len + tokens.len,
+        );
+        ids[dst.clone()].copy_from_slice(&tokens.ids[src.clone()]);
+        mask[dst].copy_from_slice(&tokens.mask[src]);
+    }
+    TokenBatch::new(ids, mask, tokens.batch, len).unwrap()
+}
+
+/// The encoder runs only up to the last real token (rounded up to 32 positions) when pad rows
+/// are replaced: the result has the bits of the full forward followed by the pad handling, on
+/// every compute path, for batches padded to 80 and 100 positions with real tokens ending
+/// anywhere in the first block, an empty prompt (nothing to encode) and a batch of empty
+/// prompts; the bf16 replay runs every position.
+fn truncated_encode(model: &str) {
+    let Some((mut cond, _)) = load(model) else {
+        return;
+    };
+    let mut precisions = vec![Precision::F32, Precision::Bf16Dot];
+    if aria_core::nn::Bf16DotWeight::amx() {
+        precisions.push(Precision::Bf16Amx);
+    }
+    let batches: [&[&str]; 5] = [
+        &["rain", "lofi house loop"],
+        &["", "tape hiss"],
+        &["", ""],
+        &["kick"],
+        &PROMPTS,
+    ];
+    for p in precisions.into_iter().chain([Precision::Bf16]) {
+        cond.prompt_mut().encoder_mut().set_precision(p);
+        let pc = cond.prompt();
+        for (i, prompts) in batches.into_iter().enumerate() {
+            let tokens = repad(&pc.tokenize(prompts).unwrap(), 80 + 20 * (i % 2));
+            let used = pc.rows_needed(&tokens);
+            let last = (0..tokens.len)
+                .rev()
+                .find(|&j| (0..tokens.batch).any(|b| tokens.mask[b * tokens.len + j] != 0))
+                .map_or(0, |j| j + 1);
+            if p == Precision::Bf16 {
+                assert_eq!(used, tokens.len, "the replay runs every position");
+            } else {
+                assert_eq!(used, last.div_ceil(32) * 32, "{p:?} {prompts:?}");
+                assert!(used < tokens.len);
+            }
+            let (emb, mask) = pc.encode_tokens(&tokens).unwrap();
+            let (ids, m) = tokens.to_device(&aria_core::Device::Cpu).unwrap();
+            let full = pc
+                .finish(&pc.encoder().forward(&ids, &m).unwrap(), &m)
+                .unwrap();
+            assert_eq!(mask.to_vec_f32().unwrap(), m.to_vec_f32().unwrap());
+            assert_eq!(emb.shape(), full.shape());
+            let (a, b) = (emb.to_vec_f32().unwrap(), full.to_vec_f32().unwrap());
+            assert!(
+                a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{model} {p:?} {prompts:?}: truncated encode differs from the full forward"
+            );
+        }
+    }
+}
+
+#[test]
+fn truncated_encode_small() {
+    truncated_encode("sa3-tiny");
+}
+
+#[test]
+fn truncated_encode_medium() {
+    truncated_encode("sa3-tiny-medium");
+}
+
 /// `seconds.safetensors`: 18 values including clamping below 0 and above 384, and the full
 /// conditioner for a batch of 3.
 #[test]

@@ -19,9 +19,9 @@ use super::aligned::LineAligned;
 use super::bf16dot::{to_bf16, Bf16Panels, CPtr, NR};
 
 /// Rows (and columns) of a tile of C; a tile of A holds [`TK`] pairs of each of its rows.
-const T: usize = 16;
+pub(super) const T: usize = 16;
 /// Pairs per tile of A (64 bytes a row).
-const TK: usize = 16;
+pub(super) const TK: usize = 16;
 /// Rows per task: 8 tiles of A.
 const MB: usize = 128;
 /// Column tiles per task (4 panels).
@@ -110,7 +110,7 @@ fn pack_a(a: &[f32], lda: usize, m: usize, k: usize, kps: usize, out: &mut [u32]
 /// AVX-512F and AVX-512 BF16; `dst.len() ≥ 16`, `src.len() ≤ 32`.
 #[target_feature(enable = "avx512f,avx512bf16")]
 #[allow(clippy::incompatible_msrv)]
-unsafe fn pack_row_avx512(src: &[f32], dst: &mut [u32]) {
+pub(super) unsafe fn pack_row_avx512(src: &[f32], dst: &mut [u32]) {
     use std::arch::x86_64::*;
     debug_assert!(dst.len() >= 16 && src.len() <= 32);
     let n = src.len();
@@ -171,6 +171,8 @@ pub(super) unsafe fn matmul(
             let (j, v) = (ct / (NR / T), ct % (NR / T));
             data[(j * kps) * NR + v * T..].as_ptr()
         };
+        // B tile rows lie a panel row apart, and a pair block 16 panel rows.
+        let (sb, bstep) = (NR * 4, TK * NR * 4);
         let _tiles = Tiles::configure();
         for ct in (c0..c1).step_by(2) {
             let pair = ct + 1 < c1;
@@ -196,9 +198,15 @@ pub(super) unsafe fn matmul(
                 // `ld`: the scratch, or this task's block of C (rows r0..r1, tiles c0..c1).
                 unsafe {
                     if pair {
-                        kernel_2x2(nq, a0, a1, btile(ct), btile(ct + 1), dst, ld);
+                        kernel_2x2(
+                            nq,
+                            [a0, a1],
+                            [btile(ct), btile(ct + 1)],
+                            (sb, bstep),
+                            (dst, ld),
+                        );
                     } else {
-                        kernel_2x1(nq, a0, a1, btile(ct), dst, ld);
+                        kernel_2x1(nq, [a0, a1], btile(ct), (sb, bstep), (dst, ld));
                     }
                 }
                 if direct && bias.is_none() {
@@ -234,10 +242,10 @@ pub(super) unsafe fn matmul(
 
 /// The tile configuration of this thread for the duration of a task: 8 tiles of 16 rows of 64
 /// bytes (palette 1); released when dropped.
-struct Tiles;
+pub(super) struct Tiles;
 
 impl Tiles {
-    fn configure() -> Tiles {
+    pub(super) fn configure() -> Tiles {
         #[repr(C, align(64))]
         struct Cfg([u8; 64]);
         let mut cfg = Cfg([0; 64]);
@@ -263,21 +271,22 @@ impl Drop for Tiles {
 }
 
 /// Two row tiles × two column tiles over `nq` pair blocks: `s[32][32]` (row stride `ld` f32) =
-/// A tiles `a0` (rows 0–15), `a1` (rows 16–31) · B tiles `b0` (columns 0–15), `b1` (16–31).
+/// A tiles `a[0]` (rows 0–15), `a[1]` (rows 16–31) · B tiles `b[0]` (columns 0–15), `b[1]`
+/// (16–31). A tiles are 1 KiB blocks one after the other; a B tile's 16 rows of 64 bytes lie
+/// `bs.0` bytes apart, and the next pair block's tile `bs.1` bytes further.
 ///
 /// # Safety
-/// Tiles configured as by [`Tiles::configure`]; `a0`, `a1` valid for `nq` consecutive 1 KiB
-/// blocks; `b0`, `b1` valid for `16·nq` rows of 64 bytes at a stride of `NR·4` bytes; `s` for
-/// 32 rows of 32 f32 at a stride of `ld ≥ 32`.
-unsafe fn kernel_2x2(
+/// Tiles configured as by [`Tiles::configure`]; `a[0]`, `a[1]` valid for `nq` consecutive 1 KiB
+/// blocks; `b[0]`, `b[1]` for `nq` tiles laid out as `bs` says; `s.0` for 32 rows of 32 f32 at
+/// a stride of `s.1 ≥ 32`.
+pub(super) unsafe fn kernel_2x2(
     nq: usize,
-    a0: *const u32,
-    a1: *const u32,
-    b0: *const u32,
-    b1: *const u32,
-    s: *mut f32,
-    ld: usize,
+    a: [*const u32; 2],
+    b: [*const u32; 2],
+    bs: (usize, usize),
+    s: (*mut f32, usize),
 ) {
+    let (s, ld) = s;
     // SAFETY: the caller guarantees the extents and the tile configuration.
     unsafe {
         std::arch::asm!(
@@ -305,12 +314,12 @@ unsafe fn kernel_2x2(
             "tilestored [{s2} + {sc}*1], tmm2",
             "tilestored [{s3} + {sc}*1], tmm3",
             q = inout(reg) nq => _,
-            a0 = inout(reg) a0 => _,
-            a1 = inout(reg) a1 => _,
-            b0 = inout(reg) b0 => _,
-            b1 = inout(reg) b1 => _,
-            sb = in(reg) NR * 4,
-            bstep = in(reg) TK * NR * 4,
+            a0 = inout(reg) a[0] => _,
+            a1 = inout(reg) a[1] => _,
+            b0 = inout(reg) b[0] => _,
+            b1 = inout(reg) b[1] => _,
+            sb = in(reg) bs.0,
+            bstep = in(reg) bs.1,
             s64 = in(reg) 64usize,
             sc = in(reg) ld * 4,
             s0 = in(reg) s,
@@ -325,15 +334,16 @@ unsafe fn kernel_2x2(
 /// [`kernel_2x2`] with one column tile (`s` columns 0–15).
 ///
 /// # Safety
-/// As for [`kernel_2x2`], without `b1`; `s` valid for 32 rows of 16 f32 at a stride of `ld`.
+/// As for [`kernel_2x2`], with one B tile; `s.0` valid for 32 rows of 16 f32 at a stride of
+/// `s.1`.
 unsafe fn kernel_2x1(
     nq: usize,
-    a0: *const u32,
-    a1: *const u32,
-    b0: *const u32,
-    s: *mut f32,
-    ld: usize,
+    a: [*const u32; 2],
+    b: *const u32,
+    bs: (usize, usize),
+    s: (*mut f32, usize),
 ) {
+    let (s, ld) = s;
     // SAFETY: the caller guarantees the extents and the tile configuration.
     unsafe {
         std::arch::asm!(
@@ -353,11 +363,11 @@ unsafe fn kernel_2x1(
             "tilestored [{s0} + {sc}*1], tmm0",
             "tilestored [{s2} + {sc}*1], tmm2",
             q = inout(reg) nq => _,
-            a0 = inout(reg) a0 => _,
-            a1 = inout(reg) a1 => _,
-            b0 = inout(reg) b0 => _,
-            sb = in(reg) NR * 4,
-            bstep = in(reg) TK * NR * 4,
+            a0 = inout(reg) a[0] => _,
+            a1 = inout(reg) a[1] => _,
+            b0 = inout(reg) b => _,
+            sb = in(reg) bs.0,
+            bstep = in(reg) bs.1,
             s64 = in(reg) 64usize,
             sc = in(reg) ld * 4,
             s0 = in(reg) s,

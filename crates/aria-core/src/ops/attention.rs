@@ -106,6 +106,86 @@ pub fn attention_diff(
     attention_impl(q, k, Some((q2, k2)), v, opts)
 }
 
+/// [`attention`] with its two products on the AMX tile unit (x86-64 CPUs with AMX-BF16 and
+/// AVX-512 BF16, on Linux): `q`, `k`, the probabilities and `v` rounded to bf16 (nearest even),
+/// f32 accumulation, scaling, soft-capping, masking and the softmax in f32 as in [`attention`].
+/// Each output is one accumulation in one tile register on one thread, so neither the blocking
+/// nor the thread count changes a bit; the unit's rounding inside a `tdpbf16ps` is its own.
+/// A window is applied to the scores (the whole score row is computed).
+///
+/// CPU tensors only; an error names what is missing where the unit is not there.
+pub fn attention_amx(q: &Tensor, k: &Tensor, v: &Tensor, opts: &AttnOpts<'_>) -> Result<Tensor> {
+    for t in [q, k, v] {
+        if let crate::Device::Backend(be) = t.device() {
+            return Err(CoreError::Unsupported {
+                op: "attention (AMX)",
+                backend: be.name().to_string(),
+            });
+        }
+    }
+    let (dims, mask) = check(q, k, v, opts)?;
+    #[cfg(target_arch = "x86_64")]
+    if cpu::bf16dot::amx_available() && cpu::bf16dot::native() {
+        return attention_amx_heads(q, k, v, opts, dims, mask);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (dims, mask);
+    Err(CoreError::Unsupported {
+        op: "attention (AMX)",
+        backend: "cpu (no AMX-BF16 tile unit with AVX-512 BF16 granted)".into(),
+    })
+}
+
+/// [`attention_amx`] once checked: every (batch, head) on a thread of the pool, its buffers
+/// reused from head to head.
+#[cfg(target_arch = "x86_64")]
+fn attention_amx_heads(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    opts: &AttnOpts<'_>,
+    Dims {
+        b,
+        h,
+        nq,
+        nk,
+        d,
+        dv,
+    }: Dims,
+    mask: Option<Vec<bool>>,
+) -> Result<Tensor> {
+    let isa = cpu::current();
+    let (qc, kc, vc) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
+    let (qd, kd, vd) = (f32_data(&qc)?, f32_data(&kc)?, f32_data(&vc)?);
+    let mut out = vec![0f32; b * h * nq * dv];
+    if dv == 0 || nq == 0 || nk == 0 {
+        return Tensor::from_vec(out, &[b, h, nq, dv]);
+    }
+    threads::install(|| {
+        out.par_chunks_mut(nq * dv).enumerate().for_each_init(
+            cpu::amx_attn::HeadBuffers::default,
+            |buf, (bh, ob)| {
+                let ctx = RowCtx {
+                    isa,
+                    opts,
+                    mask: mask.as_ref().map(|m| &m[(bh / h) * nk..(bh / h + 1) * nk]),
+                    nk,
+                };
+                cpu::amx_attn::head(
+                    buf,
+                    &qd[bh * nq * d..(bh + 1) * nq * d],
+                    &kd[bh * nk * d..(bh + 1) * nk * d],
+                    &vd[bh * nk * dv..(bh + 1) * nk * dv],
+                    (nq, nk, d, dv),
+                    |i, row| ctx.probs(i, 0, row),
+                    ob,
+                );
+            },
+        );
+    });
+    Tensor::from_vec(out, &[b, h, nq, dv])
+}
+
 /// Everything a query tile needs to turn scores into probabilities.
 struct RowCtx<'a> {
     isa: Isa,
@@ -159,13 +239,23 @@ impl RowCtx<'_> {
     }
 }
 
-fn attention_impl(
+/// The sizes of one attention call.
+struct Dims {
+    b: usize,
+    h: usize,
+    nq: usize,
+    nk: usize,
+    d: usize,
+    dv: usize,
+}
+
+/// Check the shapes of `q`, `k`, `v` and the options; the sizes and the key mask as flags.
+fn check(
     q: &Tensor,
     k: &Tensor,
-    diff: Option<(&Tensor, &Tensor)>,
     v: &Tensor,
     opts: &AttnOpts<'_>,
-) -> Result<Tensor> {
+) -> Result<(Dims, Option<Vec<bool>>)> {
     let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
     if qs.len() != 4 || ks.len() != 4 || vs.len() != 4 {
         return Err(CoreError::shape(
@@ -203,6 +293,37 @@ fn attention_impl(
             &[qs, ks],
         ));
     }
+    Ok((
+        Dims {
+            b,
+            h,
+            nq,
+            nk,
+            d,
+            dv,
+        },
+        mask,
+    ))
+}
+
+fn attention_impl(
+    q: &Tensor,
+    k: &Tensor,
+    diff: Option<(&Tensor, &Tensor)>,
+    v: &Tensor,
+    opts: &AttnOpts<'_>,
+) -> Result<Tensor> {
+    let (
+        Dims {
+            b,
+            h,
+            nq,
+            nk,
+            d,
+            dv,
+        },
+        mask,
+    ) = check(q, k, v, opts)?;
     let isa = cpu::current();
     let qc = q.contiguous()?;
     let kc = k.contiguous()?;

@@ -16,7 +16,7 @@ mod same;
 mod text;
 pub mod torch_bf16;
 
-pub use attention::{attention, attention_diff, AttnOpts, KeyMaskMode};
+pub use attention::{attention, attention_amx, attention_diff, AttnOpts, KeyMaskMode};
 pub use conv::{conv1d, weight_norm};
 pub use elementwise::{
     add, add_scalar, affine, binary_map, div, embedding, gelu, gelu_tanh, glu, map, mul,

@@ -27,9 +27,12 @@ pub enum Precision {
     /// [`Precision::Bf16Dot`]'s products (the same packed bf16 panels, inputs rounded to bf16,
     /// f32 accumulation in the same order per output) on the AMX tile unit of CPUs with
     /// AMX-BF16 ([`aria_core::nn::Bf16DotWeight::linear_amx`], several times the `vdpbf16ps`
-    /// rate): the unit rounds inside each tile product in its own way, so the bits are those
-    /// of that unit (the same for any thread count; as accurate as [`Precision::Bf16Dot`]).
-    /// The pipeline's default where the CPU has the unit; an error to encode with elsewhere.
+    /// rate), and the attention's two products there too ([`aria_core::ops::attention_amx`]:
+    /// queries, keys, probabilities and values rounded to bf16, as the reference's bf16 path
+    /// rounds them; softmax in f32). The unit rounds inside each tile product in its own way,
+    /// so the bits are those of that unit (the same for any thread count); 5.3e-3 from an fp64
+    /// evaluation on the fixtures, where the reference's bf16 default is at 8.0e-3. The
+    /// pipeline's default where the CPU has the unit; an error to encode with elsewhere.
     Bf16Amx,
     /// A replay of PyTorch's bf16 CPU arithmetic on AVX2-class CPUs (no AVX-512 BF16), bit for
     /// bit: every result rounded to bf16 where its kernels round, in their summation orders

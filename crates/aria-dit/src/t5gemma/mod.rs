@@ -27,7 +27,7 @@
 //! the matrices are packed once into bf16 panels, [`T5GemmaEncoder::prepare`]); it is what the
 //! pipeline runs by default on such CPUs without an AMX unit. [`Precision::Bf16Amx`] runs the
 //! same products on the AMX tile unit (the default where the CPU has AMX-BF16), with that
-//! unit's rounding. [`Precision::Bf16`] replays the reference's bf16 arithmetic as
+//! unit's rounding, and the attention's products there too (bf16 inputs, f32 softmax). [`Precision::Bf16`] replays the reference's bf16 arithmetic as
 //! PyTorch computes it on AVX2-class CPUs (f32 kernels, every result rounded to bf16 where
 //! PyTorch's CPU kernels round, in their summation orders: the ops of
 //! [`aria_core::ops::torch_bf16`]), so that a whole `generate()` can be replayed exactly; it is
@@ -587,6 +587,7 @@ impl T5GemmaEncoder {
         };
         let ar = Arith {
             bf16: self.precision == Precision::Bf16,
+            amx: self.precision == Precision::Bf16Amx,
             eps: c.rms_norm_eps,
         };
         if ar.bf16 && softcap.is_some() {
@@ -656,23 +657,30 @@ impl T5GemmaEncoder {
             let u = ar.norm(&x, &layer.pre_self_attn_layernorm)?;
             let (q, k, v) = match ld.and_then(|d| d.qkv.as_ref()) {
                 Some(w) => {
+                    // Heads split from the fused projection in one pass each, RoPE applied on
+                    // the way (the same kernel as `ops::rope`).
                     let y = dl(w, &u)?;
                     let (nq, nk) = (nh * hd, nkv * hd);
+                    let split = |col: usize, n: usize, rope: bool| {
+                        ops::split_heads(&y, col, n, hd, None, rope.then_some((cos, sin)))
+                    };
                     (
-                        y.narrow(2, 0, nq)?,
-                        y.narrow(2, nq, nk)?,
-                        y.narrow(2, nq + nk, nk)?,
+                        split(0, nh, true)?,
+                        split(nq, nkv, true)?,
+                        split(nq + nk, nkv, false)?,
                     )
                 }
-                None => (
-                    ar.linear(&at.q_proj, &u)?,
-                    ar.linear(&at.k_proj, &u)?,
-                    ar.linear(&at.v_proj, &u)?,
-                ),
+                None => {
+                    let q = ar.linear(&at.q_proj, &u)?;
+                    let k = ar.linear(&at.k_proj, &u)?;
+                    let v = ar.linear(&at.v_proj, &u)?;
+                    (
+                        ar.rope(&heads(q, nh)?, cos, sin)?,
+                        ar.rope(&heads(k, nkv)?, cos, sin)?,
+                        heads(v, nkv)?,
+                    )
+                }
             };
-            let q = ar.rope(&heads(q, nh)?, cos, sin)?;
-            let k = ar.rope(&heads(k, nkv)?, cos, sin)?;
-            let v = heads(v, nkv)?;
             let (k, v) = if nkv == nh {
                 (k, v)
             } else {
@@ -740,6 +748,8 @@ impl T5GemmaEncoder {
 /// result is rounded to bf16 as the reference's kernels round it.
 struct Arith {
     bf16: bool,
+    /// The attention products on the AMX tile unit too ([`Precision::Bf16Amx`]).
+    amx: bool,
     eps: f32,
 }
 
@@ -795,6 +805,8 @@ impl Arith {
     fn attention(&self, q: &Tensor, k: &Tensor, v: &Tensor, o: &AttnOpts<'_>) -> Result<Tensor> {
         Ok(if self.bf16 {
             torch_bf16::attention(q, k, v, o)?
+        } else if self.amx {
+            ops::attention_amx(q, k, v, o)?
         } else {
             ops::attention(q, k, v, o)?
         })
