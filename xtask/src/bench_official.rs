@@ -162,6 +162,7 @@ impl Mins {
         let g = |name: &str| self.get(&format!("gflop_{name}.{len}"));
         match what {
             "text" | "text_released" => self.get("gflop_text"),
+            "text_full" => self.get("gflop_text_full"),
             "dit" => g("dit"),
             "dec_chunked" => g("dec_chunked"),
             "dec_unchunked" => g("dec"),
@@ -440,11 +441,32 @@ fn child(model: &Path, seconds: &str, reps: usize) -> Result<(), String> {
     })?;
     println!("RESULT text_released={t_cold:.4}");
     let (emb, _) = text.encode_prompts(&[PROMPT]).map_err(|x| e(&x))?;
+    // The encoder over every position, as the official code runs it (the conditioner stops at
+    // the last real token, rounded up to 32 positions, where the pad rows are replaced).
+    let prompt = text.prompt();
+    let tokens = prompt.tokenize(&[PROMPT]).map_err(|x| e(&x))?;
+    let (ids, m) = tokens
+        .to_device(prompt.encoder().device())
+        .map_err(|x| e(&x))?;
+    let t_full = best_of(reps, || {
+        prompt.encoder().forward(&ids, &m).map_err(|x| e(&x))?;
+        Ok(())
+    })?;
+    println!("RESULT text_full={t_full:.4}");
+    println!(
+        "RESULT text_positions={} text_len={}",
+        prompt.rows_needed(&tokens),
+        tokens.len
+    );
     // Work of the f32 paths, for the ceiling column (a bf16 default is not bound by the f32 peak).
-    if text.prompt().encoder().precision() == aria::pipeline::Precision::F32 {
-        let len = emb.shape().get(1).copied().unwrap_or(0);
-        let gf = text.prompt().encoder().flops(1, len) / 1e9;
+    if prompt.encoder().precision() == aria::pipeline::Precision::F32 {
+        let enc = prompt.encoder();
+        let gf = enc.flops(1, prompt.rows_needed(&tokens)) / 1e9;
         println!("RESULT gflop_text={gf:.4}");
+        println!(
+            "RESULT gflop_text_full={:.4}",
+            enc.flops(1, tokens.len) / 1e9
+        );
     }
     let threads = std::env::var("RAYON_NUM_THREADS")
         .ok()
@@ -631,6 +653,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
             &aria,
         );
         row_vs(
+            "text encode (aria default, every position as the official code)",
+            "text",
+            "text_full",
+            off_ref,
+            &aria,
+        );
+        row_vs(
             "text encode (aria: bf16 replay)",
             "text",
             "text_replay",
@@ -698,6 +727,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 &aria,
             );
         }
+    }
+    if let (Some(used), Some(len)) = (aria.get("text_positions"), aria.get("text_len")) {
+        println!(
+            "(aria's text encode ran {used} of the {len} positions: up to the prompt's last real \
+             token, rounded up to 32, whose pad rows are replaced afterwards; the official code \
+             and the \"every position\" row run all {len})"
+        );
     }
     if reference.is_some() {
         println!(

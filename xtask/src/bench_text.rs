@@ -339,7 +339,7 @@ fn bench(o: &Opts, dir: &Path) -> Result<(), String> {
     );
     println!(" orders included (`Precision::Bf16`); bf16-dot: bf16 products with f32 accumulation");
     println!(" (`Precision::Bf16Dot`, `vdpbf16ps` where the CPU has AVX-512 BF16; \"-\" elsewhere, where it is emulated);");
-    println!(" bf16-amx: the same products on the AMX tile unit (`Precision::Bf16Amx`; \"-\" without one);");
+    println!(" bf16-amx: the same products and the attention's on the AMX tile unit (`Precision::Bf16Amx`; \"-\" without one);");
     println!(" `bench official` compares with the official code)");
     Ok(())
 }

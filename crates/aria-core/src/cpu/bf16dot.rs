@@ -229,6 +229,64 @@ impl Bf16Panels {
         Bf16Panels { n, k, kps, data }
     }
 
+    /// [`Bf16Panels::from_rows`] for rows already in pairs: `pairs(i, out)` writes row `i` as
+    /// `⌈k/2⌉` words `lo | hi << 16` (bf16 bits of elements `2p` and `2p + 1`; `hi` 0 past
+    /// `k`), which is how a little-endian bf16 row lies in memory. The panels are the same; the
+    /// columns are moved 16 × 16 words at a time through register transposes where the path
+    /// has them (on the current rayon pool, a panel per task).
+    pub fn from_pairs(n: usize, k: usize, pairs: impl Fn(usize, &mut [u32]) + Sync) -> Bf16Panels {
+        const B: usize = 16;
+        let (kp, kps) = (k.div_ceil(2), padded_pairs(k));
+        let mut data = LineAligned::zeroed(n.div_ceil(NR) * kps * NR);
+        let isa = super::current();
+        let square = super::transpose::block(isa) == B;
+        if !data.is_empty() {
+            data.par_chunks_mut(kps * NR).enumerate().for_each_init(
+                || (vec![0u32; kp], vec![0f32; B * kp], [0f32; B * B]),
+                |(row, rows, blk), (j, panel)| {
+                    for c0 in (0..NR).step_by(B) {
+                        let cols = B.min(n.saturating_sub(j * NR + c0));
+                        if cols == 0 {
+                            break;
+                        }
+                        // 16 rows as words (bit patterns carried in f32 slots: moved, never
+                        // computed with), zero rows past n.
+                        for r in 0..B {
+                            let dst = &mut rows[r * kp..(r + 1) * kp];
+                            if r < cols {
+                                pairs(j * NR + c0 + r, row);
+                                for (d, w) in dst.iter_mut().zip(row.iter()) {
+                                    *d = f32::from_bits(*w);
+                                }
+                            } else {
+                                dst.fill(0.0);
+                            }
+                        }
+                        let mut p0 = 0;
+                        if square {
+                            while p0 + B <= kp {
+                                super::transpose::square(isa, &rows[p0..], kp, &mut blk[..], B);
+                                for pp in 0..B {
+                                    let out = &mut panel[(p0 + pp) * NR + c0..][..B];
+                                    for (o, v) in out.iter_mut().zip(&blk[pp * B..(pp + 1) * B]) {
+                                        *o = v.to_bits();
+                                    }
+                                }
+                                p0 += B;
+                            }
+                        }
+                        for p in p0..kp {
+                            for r in 0..cols {
+                                panel[p * NR + c0 + r] = rows[r * kp + p].to_bits();
+                            }
+                        }
+                    }
+                },
+            );
+        }
+        Bf16Panels { n, k, kps, data }
+    }
+
     #[cfg(target_arch = "x86_64")]
     pub(super) fn n(&self) -> usize {
         self.n
@@ -531,6 +589,7 @@ mod avx512bf16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::{with_isa, Isa};
 
     fn lcg(seed: u64, n: usize, scale: f32) -> Vec<f32> {
         let mut s = seed
@@ -552,6 +611,40 @@ mod tests {
                 *d = to_bf16(*v);
             }
         })
+    }
+
+    /// Packing from pair words (16 × 16 register transposes where the path has them) gives the
+    /// panels packing from rows gives, on every path, for sizes around the panel and block
+    /// widths and odd K.
+    #[test]
+    fn pairs_and_rows_pack_alike() {
+        for (n, k) in [
+            (1, 1),
+            (5, 3),
+            (47, 33),
+            (48, 32),
+            (49, 64),
+            (16, 31),
+            (100, 770),
+            (130, 2048),
+        ] {
+            let w = lcg(n as u64 * 31 + k as u64, n * k, 3.0);
+            let bits: Vec<u16> = w.iter().map(|&v| to_bf16(v)).collect();
+            let want = panels(&w, n, k);
+            for isa in Isa::available() {
+                let got = with_isa(isa, || {
+                    Bf16Panels::from_pairs(n, k, |i, o| {
+                        let r = &bits[i * k..(i + 1) * k];
+                        for (d, c) in o.iter_mut().zip(r.chunks(2)) {
+                            *d =
+                                u32::from(c[0]) | (u32::from(c.get(1).copied().unwrap_or(0)) << 16);
+                        }
+                    })
+                });
+                assert_eq!(got.shape(), [n, k]);
+                assert!(got.data[..] == want.data[..], "{n}x{k} on {isa:?}");
+            }
+        }
     }
 
     /// CPUID's vendor (the text default's rule) is the one the kernel reports.

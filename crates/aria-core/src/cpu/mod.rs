@@ -1,6 +1,7 @@
 //! CPU kernels: a scalar reference and runtime-dispatched SIMD paths (AVX2/FMA on x86-64, NEON on
 //! aarch64), one file per ISA with the same function names. On x86-64 CPUs with AVX-512F an extra
-//! path runs the matrix micro-kernel on 512-bit registers (other kernels are the AVX2 ones).
+//! path runs the matrix micro-kernel and the element-wise row kernels on 512-bit registers (the
+//! reductions are the AVX2 ones).
 //!
 //! [`Isa::detect`] picks the best path once per process; [`Isa::available`] lists every path this
 //! machine can run, which the tests use to check each against [`scalar`]. [`with_isa`] runs a
@@ -13,16 +14,19 @@
 //! # Which ops have per-ISA kernels
 //!
 //! The fused row kernels are written once over a small vector trait (`simd::Simd`: `f32`, AVX2
-//! `__m256`, NEON `float32x4_t`; AVX-512 reuses AVX2) and named identically in `scalar`, `avx2`,
-//! `avx512` and `neon`. The matrix micro-kernel, `dot`, the reductions, `exp`, SiLU/sigmoid/
-//! SwiGLU and DyT are hand-written per ISA; on AVX-512, `exp_sub_sum` and `swiglu` run 16 lanes
-//! with the AVX2 kernels' operations, so they give the AVX2 bits.
+//! `__m256`, AVX-512 `__m512`, NEON `float32x4_t`) and named identically in `scalar`, `avx2`,
+//! `avx512` and `neon`; the 16-lane vector computes each lane with the AVX2 operations, so the
+//! element-wise kernels give the AVX2 bits on AVX-512 (tested). The matrix micro-kernel, `dot`,
+//! the reductions, `exp`, SiLU/sigmoid/SwiGLU and DyT are hand-written per ISA; on AVX-512,
+//! `exp_sub_sum` and `swiglu` run 16 lanes with the AVX2 kernels' operations, so they give the
+//! AVX2 bits, and the reductions are the AVX2 ones.
 //!
 //! | op | kernels | paths vs scalar |
 //! |---|---|---|
 //! | `linear`, `matmul`, `conv1d`, `attention` (incl. differential, banded, chunked) | `gemm_tile`, `dot` | within 2e-6 (FMA, blocked sums) |
 //! | [`nn::Bf16DotWeight`](crate::nn::Bf16DotWeight) products (bf16 inputs, f32 accumulation) | [`bf16dot`]: `vdpbf16ps` (AVX-512 BF16) or its scalar emulation | bit-identical |
 //! | the same products on the AMX tile unit ([`bf16dot::Kernel::Amx`], AMX-BF16) | `tdpbf16ps` | the unit's own rounding; within f32 accumulation of f64 |
+//! | [`attention_amx`](crate::ops::attention_amx): the score and value products of a head on the AMX unit (bf16 q, k, p, v) | `tdpbf16ps` (`amx_attn`) | the unit's own rounding; within one bf16 step of the probabilities of f64 |
 //! | `softmax_last`, attention probabilities | `max`, `exp_sub_sum`, `scale` | within 1e-6 |
 //! | attention logit soft-capping | `softcap` | vector `tanh`, 3 ulp |
 //! | `rms_norm`, `rms_norm_modulate`, `split_heads` QK-norm | `sumsq` + `norm_gain`, `norm_gain1p`, `norm_gain_modulate` | per element bit-identical; the sum of squares is blocked per path |

@@ -1,7 +1,5 @@
 //! [`Bf16DotWeight`]: a weight packed for products with bf16 inputs and f32 accumulation.
 
-use half::bf16;
-
 use crate::cpu::bf16dot::{self, to_bf16, Bf16Panels};
 use crate::cpu::gemm::WData;
 use crate::ops::f32_data;
@@ -69,25 +67,34 @@ impl Bf16DotWeight {
             let p = starts.partition_point(|&s| s <= i) - 1;
             (views[p], i - starts[p])
         };
+        // Rows as bf16 pairs: a little-endian bf16 row is already its pair words.
         let panels = threads::install(|| {
-            Bf16Panels::from_rows(n, k, |row, out| {
+            Bf16Panels::from_pairs(n, k, |row, out| {
                 let (wd, i) = locate(row);
                 match wd {
                     WData::Bf16(s) => {
-                        for (d, v) in out.iter_mut().zip(&s[i * k..(i + 1) * k]) {
-                            *d = v.to_bits();
+                        let r = &s[i * k..(i + 1) * k];
+                        for (o, c) in out.iter_mut().zip(r.chunks(2)) {
+                            let hi = c.get(1).map_or(0, |v| u32::from(v.to_bits()));
+                            *o = u32::from(c[0].to_bits()) | (hi << 16);
                         }
                     }
                     WData::Raw(DType::BF16, b) => {
-                        for (d, c) in out.iter_mut().zip(b[i * k * 2..(i + 1) * k * 2].chunks(2)) {
-                            *d = bf16::from_le_bytes([c[0], c[1]]).to_bits();
+                        let r = &b[i * k * 2..(i + 1) * k * 2];
+                        for (o, c) in out.iter_mut().zip(r.chunks(4)) {
+                            *o = match *c {
+                                [a, b, c, d] => u32::from_le_bytes([a, b, c, d]),
+                                [a, b] => u32::from(u16::from_le_bytes([a, b])),
+                                _ => 0,
+                            };
                         }
                     }
                     _ => {
-                        let mut row = vec![0f32; k];
-                        wd.read(i * k, &mut row);
-                        for (d, v) in out.iter_mut().zip(&row) {
-                            *d = to_bf16(*v);
+                        let mut v = vec![0f32; k];
+                        wd.read(i * k, &mut v);
+                        for (o, c) in out.iter_mut().zip(v.chunks(2)) {
+                            let hi = c.get(1).map_or(0, |&x| u32::from(to_bf16(x)));
+                            *o = u32::from(to_bf16(c[0])) | (hi << 16);
                         }
                     }
                 }
