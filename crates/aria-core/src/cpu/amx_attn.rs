@@ -52,22 +52,33 @@ fn pack_a(
     let nq = kps / TK;
     for t in 0..mt {
         for r in 0..T {
-            let i = t * T + r;
             for q in 0..nq {
                 let dst = &mut out[((t * nq + q) * T + r) * TK..][..TK];
-                if i >= m {
-                    dst.fill(0);
-                    continue;
-                }
-                let row = &src[i * ld..i * ld + k];
-                let part = &row[(2 * q * TK).min(k)..(2 * (q + 1) * TK).min(k)];
-                // SAFETY: AVX-512F and AVX-512 BF16 are present wherever the tile unit is (the
-                // op checks `bf16dot::native` with `amx::available`); `dst` holds 16 words and
-                // `part` at most 32 values.
-                unsafe { pack_row_avx512(part, dst) };
+                pack_pairs(src, ld, (m, k), (t * T + r, q), dst);
             }
         }
     }
+}
+
+/// Pair block `q` (16 pairs) of row `i` of `src` (`n` rows of `k` values at stride `ld`) into
+/// `dst` (16 words); zeros for a row past `n` and pairs past `k`.
+fn pack_pairs(
+    src: &[f32],
+    ld: usize,
+    (n, k): (usize, usize),
+    (i, q): (usize, usize),
+    dst: &mut [u32],
+) {
+    if i >= n {
+        dst.fill(0);
+        return;
+    }
+    let row = &src[i * ld..i * ld + k];
+    let part = &row[(2 * q * TK).min(k)..(2 * (q + 1) * TK).min(k)];
+    // SAFETY: AVX-512F and AVX-512 BF16 are present wherever the tile unit is (the op checks
+    // `bf16dot::native` with `amx::available`); `dst` holds 16 words and `part` at most 32
+    // values.
+    unsafe { pack_row_avx512(part, dst) };
 }
 
 /// B tiles whose column `j` is row `j` of `src` (`n` rows of `k` values at stride `ld`): the
@@ -84,15 +95,7 @@ fn pack_b_rows(
     for ct in 0..nt {
         for q in 0..nq {
             for (r, dst) in tile.chunks_exact_mut(TK).enumerate() {
-                let j = ct * T + r;
-                if j >= n {
-                    dst.fill(0);
-                    continue;
-                }
-                let row = &src[j * ld..j * ld + k];
-                let part = &row[(2 * q * TK).min(k)..(2 * (q + 1) * TK).min(k)];
-                // SAFETY: as in `pack_a`.
-                unsafe { pack_row_avx512(part, dst) };
+                pack_pairs(src, ld, (n, k), (ct * T + r, q), dst);
             }
             let dst = &mut out[(ct * nq + q) * T * TK..][..T * TK];
             for (p, row) in dst.chunks_exact_mut(T).enumerate() {
