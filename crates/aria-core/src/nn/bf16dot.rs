@@ -72,21 +72,30 @@ impl Bf16DotWeight {
             Bf16Panels::from_pairs(n, k, |row, out| {
                 let (wd, i) = locate(row);
                 match wd {
+                    // Whole pairs in exact chunks (vectorised), then an odd last element.
                     WData::Bf16(s) => {
                         let r = &s[i * k..(i + 1) * k];
-                        for (o, c) in out.iter_mut().zip(r.chunks(2)) {
-                            let hi = c.get(1).map_or(0, |v| u32::from(v.to_bits()));
-                            *o = u32::from(c[0].to_bits()) | (hi << 16);
+                        let whole = r.chunks_exact(2);
+                        let last = whole.remainder().first().map(|v| u32::from(v.to_bits()));
+                        for (o, c) in out.iter_mut().zip(whole) {
+                            *o = u32::from(c[0].to_bits()) | (u32::from(c[1].to_bits()) << 16);
+                        }
+                        if let (Some(v), Some(o)) = (last, out.get_mut(k / 2)) {
+                            *o = v;
                         }
                     }
                     WData::Raw(DType::BF16, b) => {
                         let r = &b[i * k * 2..(i + 1) * k * 2];
-                        for (o, c) in out.iter_mut().zip(r.chunks(4)) {
-                            *o = match *c {
-                                [a, b, c, d] => u32::from_le_bytes([a, b, c, d]),
-                                [a, b] => u32::from(u16::from_le_bytes([a, b])),
-                                _ => 0,
-                            };
+                        let whole = r.chunks_exact(4);
+                        let last = match *whole.remainder() {
+                            [a, b] => Some(u32::from(u16::from_le_bytes([a, b]))),
+                            _ => None,
+                        };
+                        for (o, c) in out.iter_mut().zip(whole) {
+                            *o = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                        }
+                        if let (Some(v), Some(o)) = (last, out.get_mut(k / 2)) {
+                            *o = v;
                         }
                     }
                     _ => {
@@ -238,7 +247,13 @@ mod tests {
     /// product is within bf16 rounding of the f32 product, and the bias is added.
     #[test]
     fn packs_every_float_dtype_and_computes() {
-        let (m, k, n) = (9, 70, 45);
+        for k in [70, 33] {
+            packs_every_float_dtype(k);
+        }
+    }
+
+    fn packs_every_float_dtype(k: usize) {
+        let (m, n) = (9, 45);
         let x = t(m * k, &[3, 3, k], 1);
         let w32 = t(n * k, &[n, k], 2);
         let b = t(n, &[n], 3);
