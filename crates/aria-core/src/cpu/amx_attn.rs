@@ -30,13 +30,10 @@ pub struct HeadBuffers {
 
 /// Resize `buf` (reusing it when large enough) to `len` words and hand it out.
 fn words(buf: &mut Option<LineAligned>, len: usize) -> &mut [u32] {
-    if buf.as_ref().is_none_or(|b| b.len() < len) {
-        *buf = Some(LineAligned::zeroed(len));
+    if buf.as_ref().is_some_and(|b| b.len() < len) {
+        *buf = None;
     }
-    match buf {
-        Some(b) => &mut b[..len],
-        None => unreachable!("filled just above"),
-    }
+    &mut buf.get_or_insert_with(|| LineAligned::zeroed(len))[..len]
 }
 
 /// `m` rows of `k` f32 (`src[i·ld + kk]`) as A tiles of `kps` pairs: tile (t, q) holds rows
