@@ -10,6 +10,7 @@ use aria_core::ops::{self, AttnOpts, KeyMaskMode};
 use aria_core::{Device, Tensor, WeightLoader};
 
 use super::layers::{move_to, param, Rope, QK_NORM_EPS};
+use super::rows::UniqueRows;
 use crate::config::QkNorm;
 use crate::Result;
 
@@ -134,6 +135,17 @@ pub(crate) struct CrossKv {
     v: Tensor,
 }
 
+impl CrossKv {
+    /// Keys, differential keys (where present) and values.
+    #[cfg(test)]
+    pub(crate) fn parts(&self) -> Vec<&Tensor> {
+        let mut v = vec![&self.k];
+        v.extend(&self.k_diff);
+        v.push(&self.v);
+        v
+    }
+}
+
 /// `cross_attn` of a block: `to_q` (E, or 2E = q, q_diff), `to_kv` (2E = k, v; or 3E = k,
 /// k_diff, v), `to_out`; no RoPE, no mask.
 #[derive(Debug, Clone)]
@@ -172,11 +184,16 @@ impl CrossAttention {
         QkGains::to_device(&mut self.gains, device)
     }
 
-    /// Keys/values for the projected context `c [B, Nc, E]`.
-    pub(crate) fn prepare(&self, c: &Tensor) -> Result<CrossKv> {
+    /// Keys/values for the projected context `c [B, Nc, E]`, or for its distinct rows `c [1, U,
+    /// E]` with `uniq` saying where each of the `B × Nc` rows went.
+    pub(crate) fn prepare(&self, c: &Tensor, uniq: Option<&UniqueRows>) -> Result<CrossKv> {
         let (h, d) = (self.heads, self.head_dim);
         let e = h * d;
         let kv = self.to_kv.forward(c)?;
+        let kv = match uniq {
+            Some(u) => u.expand(&kv)?,
+            None => kv,
+        };
         let gk = self.gains.as_ref().map(|g| &g.k);
         let heads =
             |col: usize, g: Option<&Tensor>| ops::split_heads(&kv, col, h, d, norm(g), None);

@@ -24,6 +24,7 @@ mod attention;
 mod block;
 mod features;
 mod layers;
+mod rows;
 
 use aria_core::hooks::{run_hook, ActivationHook, HookContext, HookSite};
 use aria_core::nn::{Bias, Linear};
@@ -38,6 +39,7 @@ use block::{Block, BlockDims, BlockInputs};
 pub use features::{linspace_f32_fma, timestep_features};
 pub(crate) use layers::on_device;
 use layers::{move_to, param, Mlp, Rope};
+use rows::UniqueRows;
 
 /// Conditioning inputs of the DiT (as built by the conditioners, see the spec §4.2).
 #[derive(Debug, Clone, Copy)]
@@ -396,6 +398,10 @@ impl Dit {
     /// ([`HookSite::TextConditioning`]), the projected context and every layer's cross-attention
     /// keys/values, the projected global condition and every layer's local embedding. The
     /// inputs must live on the model's device.
+    ///
+    /// On the CPU, context rows and local-condition rows that are equal bit for bit (the learned
+    /// padding after a prompt's last token, text-to-audio's all-zero local condition) are
+    /// projected once and copied out: the same bits as projecting each row.
     pub fn prepare(
         &self,
         cond: &DitConditioning<'_>,
@@ -409,6 +415,24 @@ impl Dit {
         cond: &DitConditioning<'_>,
         hook: Option<&dyn ActivationHook>,
     ) -> Result<DitContext> {
+        self.prepare_rows(cond, hook, true)
+    }
+
+    /// [`Dit::prepare`], projecting rows that are equal bit for bit once (`share_rows`) or
+    /// each on its own (the tests' reference: both give the same bits).
+    fn prepare_rows(
+        &self,
+        cond: &DitConditioning<'_>,
+        hook: Option<&dyn ActivationHook>,
+        share_rows: bool,
+    ) -> Result<DitContext> {
+        let unique = |x: &Tensor| -> Result<Option<UniqueRows>> {
+            if share_rows {
+                UniqueRows::of(x)
+            } else {
+                Ok(None)
+            }
+        };
         let c = cond.cross_attn_cond;
         let g = cond.global_cond;
         let cs = c.shape();
@@ -434,11 +458,16 @@ impl Dit {
             &HookContext::new(HookSite::TextConditioning),
             c.clone(),
         )?;
-        let ctx_tokens = self.to_cond_embed.forward(&c)?;
+        // Context rows equal bit for bit (the learned padding after the prompt's last token)
+        // are projected once: the same bits as projecting each (see `rows`).
+        let uc = unique(&c)?;
+        let ctx_tokens = self
+            .to_cond_embed
+            .forward(uc.as_ref().map_or(&c, UniqueRows::rows))?;
         let cross = self
             .blocks
             .iter()
-            .map(|bl| bl.cross_attn.prepare(&ctx_tokens))
+            .map(|bl| bl.cross_attn.prepare(&ctx_tokens, uc.as_ref()))
             .collect::<Result<Vec<_>>>()?;
         let global = self.to_global_embed.forward(g)?;
         let local = match cond.local_add_cond {
@@ -455,13 +484,20 @@ impl Dit {
                 }
                 // [B, Dl, T] → [B, T, Dl]
                 let lt = l.to_dtype(DType::F32)?.transpose(1, 2)?.contiguous()?;
+                // Equal rows once (text-to-audio's local condition is all zeros).
+                let ul = unique(&lt)?;
+                let rows = ul.as_ref().map_or(&lt, UniqueRows::rows);
                 let per_layer = self
                     .blocks
                     .iter()
                     .map(|bl| {
-                        bl.local_embed(&lt)?.ok_or_else(|| {
+                        let y = bl.local_embed(rows)?.ok_or_else(|| {
                             input_err("local_add_cond", "a layer has no to_local_embed".into())
-                        })
+                        })?;
+                        match &ul {
+                            Some(u) => u.expand(&y),
+                            None => Ok(y),
+                        }
                     })
                     .collect::<Result<Vec<_>>>()?;
                 Some((ls[2], per_layer))
