@@ -83,7 +83,7 @@ impl UniqueRows {
             )
             .into());
         };
-        let yd = y.to_dtype(DType::F32)?.to_vec_f32()?;
+        let yd = y.to_vec_f32()?;
         let mut out = Vec::with_capacity(self.index.len() * n);
         for &i in &self.index {
             out.extend_from_slice(&yd[i * n..(i + 1) * n]);
