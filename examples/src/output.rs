@@ -44,17 +44,20 @@ impl Container {
     }
 }
 
-/// The output files of a batch, named as the official CLI names them: `NAME.EXT` for one item,
-/// `NAME_0.EXT`, `NAME_1.EXT`, … for several (`.wav` when there is no extension).
+/// The output files of a batch. One item is written to `output` exactly as given (no extension
+/// added or replaced: `-o my.song.v2.wav` writes `my.song.v2.wav`, `-o take` writes WAV to
+/// `take`). Several are named as the official CLI names them: the last extension of the file
+/// name is taken off and `_0`, `_1`, … put before it (`NAME_0.EXT`, …; `.wav` when the file name
+/// has no extension). Dots in directory names are left alone.
 pub fn batch_paths(output: &Path, n: usize) -> Vec<PathBuf> {
+    if n <= 1 {
+        return vec![output.to_path_buf()];
+    }
     let ext = output
         .extension()
         .map(|e| e.to_string_lossy().into_owned())
         .unwrap_or_else(|| "wav".into());
     let stem = output.with_extension("");
-    if n <= 1 {
-        return vec![stem.with_extension(ext)];
-    }
     (0..n)
         .map(|i| {
             let mut name = stem.as_os_str().to_os_string();
@@ -297,6 +300,52 @@ fn header(path: &Path, info: &StreamInfo) -> Result<Vec<u8>> {
 mod tests {
     use super::*;
     use flacenc::source::MemSource;
+
+    fn names(output: &str, n: usize) -> Vec<String> {
+        batch_paths(Path::new(output), n)
+            .iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    /// One item is written to the path exactly as given: several dots, none, dotted folders.
+    #[test]
+    fn a_single_output_is_used_exactly_as_given() {
+        for given in [
+            "my.song.v2.wav",
+            "take.final.flac",
+            "take",
+            "out.d/take",
+            "out.d/my.song.v2.flac",
+            "a.b/c.d/e",
+            ".hidden.wav",
+        ] {
+            assert_eq!(names(given, 1), [given], "{given}");
+            assert_eq!(names(given, 0), [given], "{given}");
+        }
+    }
+
+    /// A batch puts the index before the last extension of the file name only.
+    #[test]
+    fn batches_index_before_the_last_extension() {
+        assert_eq!(
+            names("my.song.v2.wav", 2),
+            ["my.song.v2_0.wav", "my.song.v2_1.wav"]
+        );
+        assert_eq!(
+            names("take.final.flac", 2),
+            ["take.final_0.flac", "take.final_1.flac"]
+        );
+        assert_eq!(names("take", 2), ["take_0.wav", "take_1.wav"]);
+        assert_eq!(
+            names("out.d/take", 3),
+            ["out.d/take_0.wav", "out.d/take_1.wav", "out.d/take_2.wav"]
+        );
+        assert_eq!(
+            names("out.d/x.flac", 2),
+            ["out.d/x_0.flac", "out.d/x_1.flac"]
+        );
+    }
 
     /// Frames written as they fill give the bytes of flacenc's whole-stream encoder.
     #[test]

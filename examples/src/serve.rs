@@ -22,6 +22,10 @@ pub struct ServeArgs {
     /// Bearer token the API requires (default: the ARIA_SERVE_TOKEN environment variable).
     #[arg(long)]
     pub token: Option<String>,
+    /// Admin token: requests carrying it see and cancel every client's jobs (default: the
+    /// ARIA_SERVE_ADMIN_TOKEN environment variable; none: each client sees only its own).
+    #[arg(long)]
+    pub admin_token: Option<String>,
     /// Most queued jobs (beyond: 429 with Retry-After).
     #[arg(long, default_value_t = 64)]
     pub queue: usize,
@@ -46,9 +50,11 @@ pub struct ServeArgs {
     /// Warm-start cache store (a folder, .sqlite file or URL); enables `warm_start`.
     #[arg(long, value_name = "DIR|URL")]
     pub cache: Option<String>,
-    /// This worker's id in the store (distinct for processes sharing one).
-    #[arg(long, default_value = "local")]
-    pub worker_id: String,
+    /// This worker's id in the store (default: one unique to the process, HOST-PID-RANDOM).
+    /// A start with an id another live process holds is refused; restarted with the same id
+    /// after a crash, a process takes back the jobs it held, each attempt counting.
+    #[arg(long)]
+    pub worker_id: Option<String>,
     /// Seconds running jobs may take to finish on shutdown before they are handed back.
     #[arg(long, default_value_t = 30.0)]
     pub drain: f64,
@@ -56,9 +62,13 @@ pub struct ServeArgs {
     /// workers wait before retrying the jobs of a worker that died.
     #[arg(long, default_value_t = 30.0)]
     pub lease: f64,
-    /// How many times a job is claimed before a lost lease fails it.
+    /// How many times a job is claimed before a lost lease or a crash fails it.
     #[arg(long, default_value_t = 3)]
     pub max_attempts: u32,
+    /// Seconds results are kept after their job ends (then deleted, their jobs marked
+    /// expired); 0 keeps them forever. Uploads are deleted as soon as their job ends.
+    #[arg(long, default_value_t = 86400.0)]
+    pub result_retention: f64,
     /// A pause after every sampler step, in milliseconds: makes the model look slower than
     /// it is (rehearsals with the demo model).
     #[arg(long, hide = true)]
@@ -89,6 +99,12 @@ pub fn run(a: &ServeArgs, cx: &Ctx) -> Result<()> {
             a.lease
         )));
     }
+    if !(a.result_retention.is_finite() && a.result_retention >= 0.0) {
+        return Err(Error::Input(format!(
+            "--result-retention must be >= 0, got {}",
+            a.result_retention
+        )));
+    }
     if a.max_attempts == 0 {
         return Err(Error::Input("--max-attempts must be at least 1".into()));
     }
@@ -103,6 +119,10 @@ pub fn run(a: &ServeArgs, cx: &Ctx) -> Result<()> {
             .token
             .clone()
             .or_else(|| std::env::var("ARIA_SERVE_TOKEN").ok()),
+        admin_token: a
+            .admin_token
+            .clone()
+            .or_else(|| std::env::var("ARIA_SERVE_ADMIN_TOKEN").ok()),
         queue_max: a.queue,
         max_batch: a.max_batch,
         store,
@@ -111,13 +131,20 @@ pub fn run(a: &ServeArgs, cx: &Ctx) -> Result<()> {
         steer_dir: a.steer_dir.clone(),
         steer_uploads: !a.no_steer_uploads,
         cache: a.cache.clone(),
-        worker_id: a.worker_id.clone(),
         drain_timeout: Duration::from_secs_f64(a.drain),
         lease: Duration::from_secs_f64(a.lease),
         max_attempts: a.max_attempts,
         throttle: a.throttle_ms.map(Duration::from_millis),
         handle_signals: true,
+        result_retention: Duration::from_secs_f64(a.result_retention),
         ..ServeConfig::demo(&a.results)
+    };
+    let cfg = match &a.worker_id {
+        Some(id) => ServeConfig {
+            worker_id: id.clone(),
+            ..cfg
+        },
+        None => cfg,
     };
     let quiet = cx.ui.quiet;
     let json = cx.json;

@@ -484,15 +484,52 @@ fn flac_output_by_extension() {
         (2, 66150, 44100)
     );
     let (wv, fv) = (wa.data.to_vec_f32().unwrap(), fa.data.to_vec_f32().unwrap());
-    let worst = wv
-        .iter()
-        .zip(&fv)
-        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    let worst = aria_testing::fixtures::max_abs_diff(&wv, &fv);
     assert!(worst <= 1.5 / 8_388_607.0, "max |Δ| {worst}");
     assert!(wv.iter().any(|v| v.abs() > 1e-3), "not silence");
     assert_one_line_error(
         &aria(&gen_args(m.to_str().unwrap(), "o.mp3", &[]), &d),
         "unknown output format",
+    );
+}
+
+/// The output path is used exactly as given: several dots, no extension, a folder with dots.
+/// Nothing is written under a shortened name (an existing file there is left alone).
+#[test]
+fn output_path_used_exactly_as_given() {
+    let d = TempDir::new("cli-names");
+    let m = model();
+    let dotted = d.join("takes.v1.d");
+    std::fs::create_dir_all(&dotted).unwrap();
+    let bystander = dotted.join("my.song.wav");
+    std::fs::write(&bystander, b"keep me").unwrap();
+    for (name, magic) in [
+        ("my.song.v2.wav", &b"RIFF"[..]),
+        ("take.final.flac", &b"fLaC"[..]),
+        ("take", &b"RIFF"[..]),
+    ] {
+        let o = dotted.join(name);
+        ok(&aria(
+            &gen_args(
+                m.to_str().unwrap(),
+                o.to_str().unwrap(),
+                &["--seconds", "0.3"],
+            ),
+            &d,
+        ));
+        let bytes = std::fs::read(&o).unwrap_or_else(|e| panic!("{name} not written: {e}"));
+        assert_eq!(&bytes[..4], magic, "{name}");
+    }
+    assert_eq!(std::fs::read(&bystander).unwrap(), b"keep me");
+    assert!(!dotted.join("take.flac").exists());
+    let mut written: Vec<String> = std::fs::read_dir(&dotted)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    written.sort();
+    assert_eq!(
+        written,
+        ["my.song.v2.wav", "my.song.wav", "take", "take.final.flac"]
     );
 }
 

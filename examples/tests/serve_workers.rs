@@ -39,7 +39,7 @@ fn pg_url() -> Option<String> {
             if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
                 panic!("{msg}; PostgreSQL is required under CI=true");
             }
-            eprintln!("SKIPPED: {msg}");
+            aria_testing::skip(msg);
             None
         }
     }

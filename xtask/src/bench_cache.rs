@@ -63,7 +63,7 @@ fn default_texts() -> PathBuf {
     match std::env::var_os("ARIA_FIXTURES") {
         Some(p) => PathBuf::from(p).join(rel),
         None => PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../shared/fixtures")
+            .join("../fixtures")
             .join(rel),
     }
 }

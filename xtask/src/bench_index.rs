@@ -14,7 +14,7 @@
 //! the per-query latency (median and 99th percentile, one query at a time) of exact search and of
 //! IVF at `nprobe` 8, under a 2-thread pool.
 //!
-//! Options: `--texts FILE` (default `../shared/fixtures/tokenizer/gemma-audiocaps.jsonl`, or
+//! Options: `--texts FILE` (default `fixtures/tokenizer/gemma-audiocaps.jsonl`, or
 //! under `ARIA_FIXTURES`), `--sizes A,B` (default 10000,100000), `--queries Q` (default 500),
 //! `--threads T` (default 2), `--seed S` (default 1), `--nlist A,B` (IVF cells; default 0 =
 //! round(√n / 2)), `--emb-cache FILE` (keep the embeddings there and reuse them while the texts are
@@ -46,7 +46,7 @@ fn default_texts() -> PathBuf {
     match std::env::var_os("ARIA_FIXTURES") {
         Some(p) => PathBuf::from(p).join(rel),
         None => PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../shared/fixtures")
+            .join("../fixtures")
             .join(rel),
     }
 }

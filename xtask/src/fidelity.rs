@@ -52,8 +52,12 @@ fn get32(w: &WeightLoader, name: &str) -> Result<Tensor, String> {
         .map_err(err)
 }
 
-/// `(max|a-r| / max|r|, rms(a-r) / rms(r))`.
+/// `(max|a-r| / max|r|, rms(a-r) / rms(r))`; infinite on a length mismatch or a non-finite
+/// value.
 fn diff(a: &[f64], r: &[f64]) -> (f64, f64) {
+    if a.len() != r.len() || !a.iter().chain(r).all(|v| v.is_finite()) {
+        return (f64::INFINITY, f64::INFINITY);
+    }
     let (mut mx, mut mr, mut s, mut sr) = (0f64, 0f64, 0f64, 0f64);
     for (x, y) in a.iter().zip(r) {
         mx = mx.max((x - y).abs());

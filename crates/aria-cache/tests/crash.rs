@@ -1,8 +1,8 @@
 //! Crash safety of the SQLite store under the cache manager's writes.
 //!
-//! A child process (this test binary again, running the ignored `crash_child`) admits entries,
-//! refines them (`replace`), records reuses, evicts through the [`Manager`] and rewrites a state
-//! blob (as the skip gater does), printing `BEGIN …` before and `ACK …` after each committed
+//! A child process (this test binary again, re-run on the test alone in the child role) admits
+//! entries, refines them (`replace`), records reuses, evicts through the [`Manager`] and rewrites a
+//! state blob (as the skip gater does), printing `BEGIN …` before and `ACK …` after each committed
 //! write. The parent kills it with SIGKILL at seeded random points, 60 times, reopens the store
 //! after each kill and checks that:
 //!
@@ -103,15 +103,13 @@ fn manager_config() -> ManagerConfig {
     }
 }
 
-/// The child: random writes until killed (or `CHILD_MAX_OPS`).
-#[test]
-#[ignore = "the child process of `acknowledged_writes_survive_sigkill`"]
-fn crash_child() {
-    let (Ok(db), Ok(seed)) = (std::env::var(CHILD_DB), std::env::var(CHILD_SEED)) else {
-        return;
-    };
+/// The child: random writes until killed (or `CHILD_MAX_OPS`). It is the test binary re-run
+/// on `acknowledged_writes_survive_sigkill` alone with [`CHILD_DB`] and [`CHILD_SEED`] set,
+/// which then plays this role instead of the test's.
+fn crash_child(db: &str) {
+    let seed = std::env::var(CHILD_SEED).expect("the child's seed");
     let mut rng = SplitMix64::new(seed.parse().unwrap());
-    let mut s = SqliteStore::open(&db).unwrap();
+    let mut s = SqliteStore::open(db).unwrap();
     let mut m = Manager::open(manager_config(), &s).unwrap();
     let mut version = s
         .get_state(STATE_KEY)
@@ -295,6 +293,9 @@ fn check(db: &std::path::Path, m: &Model, pending: &Option<Op>) -> Model {
 
 #[test]
 fn acknowledged_writes_survive_sigkill() {
+    if let Ok(db) = std::env::var(CHILD_DB) {
+        return crash_child(&db);
+    }
     // Declared first: it outlives every child process of the test.
     let dir = TempDir::new("crash");
     let db = dir.join("cache.sqlite");
@@ -310,7 +311,11 @@ fn acknowledged_writes_survive_sigkill() {
     for run in 0..=KILLS {
         let last = run == KILLS;
         let mut child = Command::new(&exe)
-            .args(["--ignored", "--exact", "crash_child", "--nocapture"])
+            .args([
+                "acknowledged_writes_survive_sigkill",
+                "--exact",
+                "--nocapture",
+            ])
             .args(["--test-threads", "1"])
             .env(CHILD_DB, &db)
             .env(
@@ -327,7 +332,7 @@ fn acknowledged_writes_survive_sigkill() {
             let mut lines = Vec::new();
             for l in BufReader::new(stdout).lines() {
                 let Ok(l) = l else { break };
-                // libtest prints `test crash_child ... ` on the same line.
+                // libtest prints `test acknowledged_writes_survive_sigkill ... ` on the same line.
                 if l.ends_with("READY") {
                     let _ = tx.send(());
                 }

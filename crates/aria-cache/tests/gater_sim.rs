@@ -10,6 +10,22 @@ use aria_cache::gater::{
 
 const N: usize = 6000;
 
+// The regret bounds below. Every run is deterministic (seeded simulator and gater), so each
+// test sees one fixed figure; the bounds sit above it by the spread that other seeds give
+// (measured over simulator and gater seeds 0..8, last-quarter mean regret): UCB 0.0093 here
+// (0.0013–0.0093 over seeds), ε-greedy 0.0179 (0.014–0.025), UCB with the rank window 0.0156
+// (0.015–0.024), mixed schedules 0.0106 (0.006–0.011), offline training 0.0170 (0.015–0.018).
+/// Last-quarter regret bound of UCB (measured 0.0093; 2.2×).
+const UCB_REGRET: f64 = 0.02;
+/// Last-quarter regret bound of ε-greedy (measured 0.0179; 1.4×, the top of the seed spread).
+const EPSILON_REGRET: f64 = 0.025;
+/// Last-quarter regret bound of UCB with the rank window (measured 0.0156; 1.6×).
+const WINDOW_REGRET: f64 = 0.025;
+/// Last-quarter regret bound of UCB on 8- and 50-step requests (measured 0.0106; 1.9×).
+const MIXED_REGRET: f64 = 0.02;
+/// Regret bound of greedy serving after offline training (measured 0.0170; 1.5×).
+const OFFLINE_REGRET: f64 = 0.025;
+
 fn quarters(r: &sim::SimRun) -> (f64, f64) {
     let q = r.regrets.len() / 4;
     (r.mean_regret(0..q), r.mean_regret(3 * q..4 * q))
@@ -58,7 +74,7 @@ fn ucb_regret_falls_and_converges_to_the_oracle() {
         100.0 * near
     );
     assert!(last < first / 3.0, "regret {first} -> {last}");
-    assert!(last < 0.02, "last-quarter regret {last}");
+    assert!(last < UCB_REGRET, "last-quarter regret {last}");
     assert!(same > 0.6 && near > 0.9, "agreement {same} / {near}");
 }
 
@@ -75,7 +91,7 @@ fn epsilon_greedy_regret_falls() {
         100.0 * near
     );
     assert!(last < first / 3.0, "regret {first} -> {last}");
-    assert!(last < 0.025, "last-quarter regret {last}");
+    assert!(last < EPSILON_REGRET, "last-quarter regret {last}");
     assert!(same > 0.6 && near > 0.9, "agreement {same} / {near}");
 }
 
@@ -91,7 +107,7 @@ fn ucb_with_the_online_rank_window_converges() {
     let (first, last) = quarters(&r);
     eprintln!("UCB, rank window 64: mean regret first quarter {first:.4}, last {last:.4}");
     assert!(last < first / 2.0, "regret {first} -> {last}");
-    assert!(last < 0.025, "last-quarter regret {last}");
+    assert!(last < WINDOW_REGRET, "last-quarter regret {last}");
 }
 
 #[test]
@@ -111,7 +127,7 @@ fn ucb_converges_on_mixed_schedules() {
         100.0 * near
     );
     assert!(last < first / 3.0, "regret {first} -> {last}");
-    assert!(last < 0.02, "last-quarter regret {last}");
+    assert!(last < MIXED_REGRET, "last-quarter regret {last}");
     assert!(near > 0.85, "agreement {same} / {near}");
 }
 
@@ -142,7 +158,7 @@ fn offline_training_serves_greedily() {
         100.0 * same,
         100.0 * near
     );
-    assert!(b < a / 3.0 && b < 0.025, "regret {a} -> {b}");
+    assert!(b < a / 3.0 && b < OFFLINE_REGRET, "regret {a} -> {b}");
     assert!(same > 0.5 && near > 0.85, "agreement {same} / {near}");
 }
 

@@ -58,7 +58,7 @@ fn pg_url() -> Option<String> {
             if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
                 panic!("{msg}; PostgreSQL is required under CI=true");
             }
-            eprintln!("SKIPPED: {msg}");
+            aria_testing::skip(msg);
             None
         }
     }
@@ -350,22 +350,17 @@ fn report_line(map: serde_json::Value) {
     println!("PGW {map}");
 }
 
-/// The worker process: shares the store with the others (run by
-/// `three_workers_share_one_store`; does nothing in a plain test run).
-#[test]
-fn worker_child() {
-    let (Ok(i), Ok(url), Ok(sc)) = (
-        std::env::var("ARIA_PG_WORKER"),
-        std::env::var("ARIA_PG_WORKER_URL"),
-        std::env::var("ARIA_PG_WORKER_SCHEMA"),
-    ) else {
-        return;
-    };
+/// The environment of a worker process (see [`worker`]).
+const WORKER: &str = "ARIA_PG_WORKER";
+
+/// A worker process, sharing the store with the others: the test binary re-run on
+/// `three_workers_share_one_store` alone with [`WORKER`] (its number) and
+/// `ARIA_PG_WORKER_{URL,SCHEMA,SHARED}` set, which then plays this role instead of the test's.
+fn worker(i: &str) {
+    let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("worker {i}: {k} is not set"));
+    let (url, sc) = (var("ARIA_PG_WORKER_URL"), var("ARIA_PG_WORKER_SCHEMA"));
+    let shared: u64 = var("ARIA_PG_WORKER_SHARED").parse().unwrap();
     let i: usize = i.parse().unwrap();
-    let shared: u64 = std::env::var("ARIA_PG_WORKER_SHARED")
-        .unwrap()
-        .parse()
-        .unwrap();
     let mut cache = open_cache(&url, &sc);
     let mut st = PostgresStore::open_in_schema(&url, &sc).unwrap();
     let mut listener = st.listener().unwrap();
@@ -441,6 +436,9 @@ fn worker_child() {
 
 #[test]
 fn three_workers_share_one_store() {
+    if let Ok(i) = std::env::var(WORKER) {
+        return worker(&i);
+    }
     let Some(url) = pg_url() else { return };
     let mut s = fresh(&url, "workers");
     let shared = s.insert(&entry(0)).unwrap();
@@ -449,8 +447,13 @@ fn three_workers_share_one_store() {
     let children: Vec<_> = (0..WORKERS)
         .map(|i| {
             Command::new(&exe)
-                .args(["worker_child", "--exact", "--nocapture", "--test-threads=1"])
-                .env("ARIA_PG_WORKER", i.to_string())
+                .args([
+                    "three_workers_share_one_store",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(WORKER, i.to_string())
                 .env("ARIA_PG_WORKER_URL", &url)
                 .env("ARIA_PG_WORKER_SCHEMA", schema("workers"))
                 .env("ARIA_PG_WORKER_SHARED", shared.to_string())

@@ -19,6 +19,11 @@ fn read_f32(name: &str) -> Vec<f32> {
         .collect()
 }
 
+/// The bound on the relative error (max |Δ| / max |ref|) per case. Measured: 5.3e-8 at worst
+/// (tones at rate 1.25; clicks and short signals ≤ 8.5e-15). The FFT picks its butterflies by
+/// the CPU's vector extensions at run time; 5e-7 (9.4×) leaves room for another CPU's.
+const MAX_REL: f64 = 5e-7;
+
 #[test]
 fn matches_librosa_time_stretch() {
     let m: serde_json::Value =
@@ -36,6 +41,7 @@ fn matches_librosa_time_stretch() {
         assert_eq!(stretched_len(x.len() / ch, rate), n_out);
         let got = time_stretch(&x, ch, rate).unwrap();
         assert_eq!(got.len(), want.len(), "{c}");
+        assert!(got.iter().all(|v| v.is_finite()), "{c}: non-finite output");
         let (mut num, mut den) = (0f64, 0f64);
         for (g, w) in got.iter().zip(&want) {
             num = num.max(f64::from(g - w).abs());
@@ -46,7 +52,7 @@ fn matches_librosa_time_stretch() {
             "{} rate {rate}: rel err {rel:.2e}",
             c["signal"].as_str().unwrap()
         );
-        assert!(rel <= 1e-4, "{c}: relative error {rel:.3e}");
+        assert!(rel <= MAX_REL, "{c}: relative error {rel:.3e}");
         worst = worst.max(rel);
     }
     eprintln!("worst relative error vs librosa: {worst:.2e}");

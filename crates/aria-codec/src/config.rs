@@ -101,6 +101,9 @@ struct RawSame {
     causal: Option<bool>,
 }
 
+/// Largest width, stride, depth or patch size a configuration may declare.
+const MAX_SIZE: usize = 1 << 16;
+
 impl SameConfig {
     /// Transformer width `D = channels · c_mults[0]`.
     pub fn width(&self) -> usize {
@@ -227,6 +230,20 @@ impl SameConfig {
                 &k("c_mults"),
                 "exactly one resampling level (c_mults, strides, transformer_depths of length 1) is supported",
             ));
+        }
+        // Sizes reach allocations and products: refuse absurd values before using them.
+        for (name, v) in [
+            ("channels", c.channels),
+            ("c_mults", c.c_mults[0]),
+            ("strides", c.stride()),
+            ("transformer_depths", c.depth()),
+            ("dim_heads", c.dim_heads),
+            ("latent_dim", c.latent_dim),
+            (io_key, c.io_channels),
+        ] {
+            if v > MAX_SIZE {
+                return Err(cfg_err(path, &k(name), format!("{v} exceeds {MAX_SIZE}")));
+            }
         }
         if c.stride() == 0 || c.dim_heads == 0 || !c.width().is_multiple_of(c.dim_heads) {
             return Err(cfg_err(
@@ -476,6 +493,15 @@ impl AutoencoderConfig {
             ));
         }
         let latent_dim = num(ae, key, "latent_dim")?;
+        for (k, v) in [
+            (format!("{pk}.config.patch_size"), patch_size),
+            (format!("{pk}.config.channels"), audio_channels),
+            (format!("{key}.latent_dim"), latent_dim),
+        ] {
+            if !(1..=MAX_SIZE).contains(&v) {
+                return Err(cfg_err(path, &k, format!("{v} is not in 1..={MAX_SIZE}")));
+            }
+        }
         let align_chunk = ev
             .get("chunk_size")
             .and_then(Value::as_u64)

@@ -31,6 +31,7 @@ fn sine(ch: usize, n: usize, rate: f64, freq: f64) -> Tensor {
 fn fit(y: &Tensor, rate: f64, freq: f64) -> (f64, f64, f64) {
     let (ch, n) = (y.shape()[0], y.shape()[1]);
     let v = y.to_vec_f32().unwrap();
+    assert!(v.iter().all(|s| s.is_finite()), "non-finite output");
     let w = std::f64::consts::TAU * freq / rate;
     let (mut amp_err, mut shift_err, mut res) = (0f64, 0f64, 0f64);
     for c in 0..ch {
@@ -144,6 +145,7 @@ fn the_bounded_resampler_removes_content_above_the_new_nyquist() {
     // 20 kHz at 44 101 Hz has no place at 30 001 Hz (Nyquist 15 kHz): it must be filtered out.
     let y = audio::resample(&sine(1, 44101, 44101.0, 20000.0), 44101, 30001).unwrap();
     let v = y.to_vec_f32().unwrap();
+    assert!(v.iter().all(|s| s.is_finite()), "non-finite output");
     let n = v.len();
     let peak = v[n / 10..n - n / 10]
         .iter()

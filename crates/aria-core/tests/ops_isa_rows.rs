@@ -44,10 +44,7 @@ fn near_scalar(what: &str, tol: f32, f: impl Fn() -> Tensor) {
         .max(f32::MIN_POSITIVE);
     for isa in Isa::available() {
         let got = cpu::with_isa(isa, &f).to_vec_f32().unwrap();
-        let err = got
-            .iter()
-            .zip(&want)
-            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        let err = aria_testing::fixtures::max_abs_diff(&got, &want);
         assert!(err <= tol * scale, "{what} [{}]: {err:e}", isa.name());
     }
 }
@@ -355,10 +352,7 @@ fn softcap_attention_matches_scalar_closely() {
         let got = cpu::with_isa(isa, || ops::attention(&q, &k, &v, &opts).unwrap())
             .to_vec_f32()
             .unwrap();
-        let err = got
-            .iter()
-            .zip(&want)
-            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        let err = aria_testing::fixtures::max_abs_diff(&got, &want);
         assert!(
             err <= 2e-6 * scale,
             "[{}] softcap attention: {err:e}",

@@ -28,7 +28,7 @@ fn open(knobs: Option<Knobs>) -> Option<WgpuBackend> {
         }
         Err(e) => {
             assert!(!ci(), "no wgpu adapter under CI=true: {e}");
-            eprintln!("SKIPPED: no wgpu adapter ({e})");
+            aria_testing::skip(format!("no wgpu adapter ({e})"));
             None
         }
     }

@@ -5,9 +5,7 @@ use aria_cuda::{cuda_available, CudaBackend, CudaError};
 #[test]
 fn opening_without_a_driver_is_an_error_naming_the_library() {
     if cuda_available() {
-        eprintln!(
-            "SKIPPED opening_without_a_driver_is_an_error_naming_the_library: a device is present"
-        );
+        aria_testing::skip_for_hardware("a CUDA device is present");
         return;
     }
     match CudaBackend::new(0) {

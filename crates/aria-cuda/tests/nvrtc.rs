@@ -19,7 +19,7 @@ fn nvrtc_or_skip(test: &str) -> bool {
         !required(),
         "{test}: libnvrtc not found but ARIA_REQUIRE_NVRTC/ARIA_REQUIRE_CUDA=1"
     );
-    eprintln!("SKIPPED {test}: libnvrtc not found (set LD_LIBRARY_PATH; see .ci/cuda.sh)");
+    aria_testing::skip_for_hardware("libnvrtc not found (set LD_LIBRARY_PATH; see .ci/cuda.sh)");
     false
 }
 

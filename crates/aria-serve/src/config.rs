@@ -28,7 +28,9 @@ pub struct Limits {
     pub max_loras: usize,
     /// `steer`: most steering directions in one request.
     pub max_steer: usize,
-    /// `header_timeout`: time a client has to send the request line and headers.
+    /// `header_timeout`: time a client has to send the request line and headers (a late first
+    /// request is answered `408` naming it); also how long an idle keep-alive connection is
+    /// kept.
     pub header_timeout: Duration,
     /// `body_timeout`: time a client has to send the whole body once the headers are in.
     pub body_timeout: Duration,
@@ -91,6 +93,11 @@ pub struct ServeConfig {
     /// Bearer token the API requires (`Authorization: Bearer …`, or `?token=` for links the
     /// browser follows). Required off loopback; optional on it.
     pub token: Option<String>,
+    /// Admin token: a request carrying it (`Authorization: Bearer …` or `?token=`) sees and
+    /// cancels every client's jobs; other requests see only the jobs of their own client key
+    /// (`X-Aria-Client`), or, without a key, the jobs submitted without one. It also passes
+    /// the [`Self::token`] check. `None`: no admin.
+    pub admin_token: Option<String>,
     /// Most queued jobs; a submit beyond gets `429` with `Retry-After`.
     pub queue_max: usize,
     /// Most jobs run as one batch.
@@ -109,17 +116,27 @@ pub struct ServeConfig {
     /// Warm-start cache store (`aria_cache::store::open` form); `None`: `warm_start` requests
     /// are refused.
     pub cache: Option<String>,
-    /// This worker's id in the store (distinct per process sharing a store; the same across
-    /// restarts of one process so it takes back what it held).
+    /// This worker's id in the store. [`ServeConfig::demo`] (and `aria serve` without
+    /// `--worker-id`) picks one unique to the process (`HOST-PID-RANDOM`). The id is
+    /// registered in the store and renewed with the lease: a start with an id another live
+    /// process holds is refused; one whose process died (not renewed for a lease) is taken
+    /// over. A process restarted with the same explicit id takes back the jobs it held, the
+    /// attempt each was on counting (only a clean shutdown gives it back), so a job that
+    /// crashes the process fails after [`Self::max_attempts`].
     pub worker_id: String,
     /// Lease of a claimed job; renewed every third of it.
     pub lease: Duration,
-    /// How many times a job is claimed before a lost lease fails it.
+    /// How many times a job is claimed before a lost lease (or a crash of its process) fails
+    /// it.
     pub max_attempts: u32,
     /// On shutdown, how long running jobs may take to finish before they are stopped and
     /// handed back to the queue.
     pub drain_timeout: Duration,
-    /// Most HTTP connections served at once (more wait to be accepted).
+    /// Most HTTP connections served at once. A connection counts from the moment its first
+    /// request head has arrived (idle or half-open connections do not take a place); one
+    /// beyond the cap is answered `503` with `Retry-After` and closed. Connections still
+    /// waiting for a request head are limited to four times this (at least 1 024); beyond
+    /// that a new connection is answered `503` at once.
     pub max_connections: usize,
     /// Whether `SIGINT`/`SIGTERM` shut the server down (the `aria serve` program); tests use
     /// [`crate::RunningServer::shutdown`].
@@ -129,6 +146,11 @@ pub struct ServeConfig {
     /// A pause after every sampler step, which makes the model look slower than it is (tests
     /// and load rehearsals with the tiny demo model; `None` in production).
     pub throttle: Option<Duration>,
+    /// How long results (`{id}.wav` in [`Self::results_dir`]) are kept after their job ends;
+    /// then a sweep (at start and every quarter of it, at most every 10 min) deletes them and
+    /// marks their jobs expired (the audio answers `410 Gone`). Uploads are deleted as soon as
+    /// their job ends. `Duration::ZERO` keeps results forever. Default 24 h.
+    pub result_retention: Duration,
 }
 
 impl ServeConfig {
@@ -141,6 +163,7 @@ impl ServeConfig {
             load: aria::LoadOptions::default(),
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
             token: None,
+            admin_token: None,
             queue_max: 64,
             max_batch: 4,
             store: StoreSpec::Sqlite(dir.join("jobs.sqlite")),
@@ -149,7 +172,7 @@ impl ServeConfig {
             steer_dir: None,
             steer_uploads: true,
             cache: None,
-            worker_id: "local".into(),
+            worker_id: crate::jobs::default_worker_id(),
             lease: Duration::from_secs(30),
             max_attempts: 3,
             drain_timeout: Duration::from_secs(30),
@@ -157,6 +180,7 @@ impl ServeConfig {
             handle_signals: false,
             limits: Limits::default(),
             throttle: None,
+            result_retention: Duration::from_secs(24 * 3600),
         }
     }
 }

@@ -28,6 +28,7 @@ pub mod api;
 pub mod config;
 pub mod error;
 pub mod jobs;
+mod listen;
 pub mod live;
 pub mod metrics;
 pub mod picture;

@@ -180,6 +180,10 @@ pub struct JobSpec {
     pub steer: Vec<SteerChoice>,
     /// Warm start through the cache.
     pub warm_start: bool,
+    /// The hashed client key of the submitter (`None`: submitted without one, or before
+    /// jobs had owners); see [`crate::api::owner`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 impl JobSpec {
@@ -622,6 +626,7 @@ pub fn validate(
         loras: body.loras,
         steer,
         warm_start: body.warm_start,
+        owner: None,
     })
 }
 

@@ -5,12 +5,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioTimer;
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio::sync::{watch, Semaphore};
 
 use crate::config::{ModelSource, ServeConfig, StoreSpec};
+use crate::jobs::registry::Registration;
+use crate::jobs::retention::{self, Sweeper};
 use crate::jobs::sqlite::SqliteStore;
 use crate::jobs::JobStore;
 use crate::state::{list_dir, ModelInfo, Shared, Wake};
@@ -135,6 +136,13 @@ fn check_config(cfg: &ServeConfig) -> Result<()> {
     if cfg.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
         return Err(ServeError::Config("token: must not be empty".into()));
     }
+    if cfg
+        .admin_token
+        .as_deref()
+        .is_some_and(|t| t.trim().is_empty())
+    {
+        return Err(ServeError::Config("admin_token: must not be empty".into()));
+    }
     if cfg.queue_max == 0 || cfg.max_batch == 0 {
         return Err(ServeError::Config(
             "queue_max and max_batch must be at least 1".into(),
@@ -150,9 +158,11 @@ fn check_config(cfg: &ServeConfig) -> Result<()> {
 }
 
 /// Start a server: check the configuration (a bearer token is required off loopback), open
-/// the job store and the results directory, load the model, hand back the jobs this worker id
-/// held when it last stopped, start the worker thread, bind, and serve. Returns once the
-/// socket is bound; the server runs on the current tokio runtime until
+/// the job store and the results directory, register the worker id (refused while another
+/// live process holds it), settle the jobs this id held when its process stopped without a
+/// clean shutdown (the attempt counts), sweep the results directory
+/// ([`crate::jobs::retention`]), load the model, start the worker thread, bind, and serve.
+/// Returns once the socket is bound; the server runs on the current tokio runtime until
 /// [`RunningServer::shutdown`], a [`ShutdownHandle`], `SIGINT`/`SIGTERM` (with
 /// [`ServeConfig::handle_signals`]) or the drop of the [`RunningServer`].
 ///
@@ -164,14 +174,21 @@ pub async fn start(cfg: ServeConfig) -> Result<RunningServer> {
     std::fs::create_dir_all(results.join("inputs"))
         .map_err(|e| ServeError::io(format!("results directory {}", results.display()), e))?;
     let cfg2 = cfg.clone();
-    let (store, pipe) = tokio::task::spawn_blocking(move || -> Result<_> {
+    let (store, pipe, registration) = tokio::task::spawn_blocking(move || -> Result<_> {
         let store: Arc<dyn JobStore> = match &cfg2.store {
             StoreSpec::Sqlite(p) => Arc::new(SqliteStore::open(p)?),
             StoreSpec::Custom(s) => s.clone(),
         };
-        store.release(&cfg2.worker_id)?;
+        // Refused while another live process holds the id. Jobs still held under it were
+        // left by a process that stopped without a clean shutdown: their attempt counts.
+        let (registration, _) = Registration::acquire(store.clone(), &cfg2.worker_id, cfg2.lease)?;
+        let settled = store.release_crashed(&cfg2.worker_id, cfg2.max_attempts)?;
+        for id in settled.failed.iter().chain(&settled.cancelled) {
+            retention::remove_uploads(&cfg2.results_dir, id);
+        }
+        retention::sweep(store.as_ref(), &cfg2.results_dir, cfg2.result_retention)?;
         let pipe = load_model(&cfg2)?;
-        Ok((store, pipe))
+        Ok((store, pipe, registration))
     })
     .await
     .map_err(|e| ServeError::Config(format!("startup task failed: {e}")))??;
@@ -199,15 +216,24 @@ pub async fn start(cfg: ServeConfig) -> Result<RunningServer> {
     let (ready_tx, ready_rx) =
         std::sync::mpsc::channel::<Result<Arc<std::sync::RwLock<aria::Pipeline>>>>();
     let s2 = shared.clone();
+    let sweeper = Sweeper::start(
+        shared.store.clone(),
+        &shared.cfg.results_dir,
+        shared.cfg.result_retention,
+    )?;
     let worker = std::thread::Builder::new()
         .name("aria-serve-model".into())
-        .spawn(move || match Worker::new(s2, pipe) {
-            Ok(w) => {
-                let _ = ready_tx.send(Ok(w.pipeline()));
-                w.run();
-            }
-            Err(e) => {
-                let _ = ready_tx.send(Err(e));
+        .spawn(move || {
+            // Held until the worker has handed back its jobs.
+            let _held = (registration, sweeper);
+            match Worker::new(s2, pipe) {
+                Ok(w) => {
+                    let _ = ready_tx.send(Ok(w.pipeline()));
+                    w.run();
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                }
             }
         })
         .map_err(|e| ServeError::io("starting the model thread", e))?;
@@ -263,20 +289,21 @@ async fn serve(
 ) -> Result<()> {
     let app = crate::api::router(shared.clone(), hub);
     let graceful = GracefulShutdown::new();
-    let slots = Arc::new(Semaphore::new(shared.cfg.max_connections.max(1)));
+    let max = shared.cfg.max_connections.max(1);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(shared.cfg.limits.header_timeout)
         .keep_alive(true);
+    let listen = Arc::new(crate::listen::Listen {
+        app,
+        builder,
+        slots: Arc::new(Semaphore::new(max)),
+        header_timeout: shared.cfg.limits.header_timeout,
+        stop: stop.clone(),
+    });
+    let waiting = Arc::new(Semaphore::new(crate::listen::max_pending(max)));
     loop {
-        let permit = tokio::select! {
-            _ = stop.wait_for(|s| *s) => break,
-            p = slots.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-        };
         let conn = tokio::select! {
             _ = stop.wait_for(|s| *s) => break,
             c = listener.accept() => c,
@@ -287,13 +314,12 @@ async fn serve(
             continue;
         };
         let _ = tcp.set_nodelay(true);
-        let svc = TowerToHyperService::new(app.clone());
-        let conn = builder.serve_connection(TokioIo::new(tcp), svc);
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            let _ = conn.await;
-            drop(permit);
-        });
+        let Ok(wait) = waiting.clone().try_acquire_owned() else {
+            crate::listen::refuse_now(tcp, max);
+            continue;
+        };
+        let task = crate::listen::connection(listen.clone(), tcp, wait, graceful.watcher(), max);
+        tokio::spawn(task);
     }
     drop(listener);
     // Refuse new jobs; let the running batch finish within the drain timeout.

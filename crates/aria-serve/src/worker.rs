@@ -40,6 +40,10 @@ pub struct Worker {
     /// `(path, strength)` of the LoRAs loaded now.
     loras: Vec<(PathBuf, f32)>,
     cache: Option<aria_cache::Cache>,
+    /// A test hook: the process aborts when it is about to run a job with this prompt (from
+    /// the `ARIA_TEST_ABORT_ON_PROMPT` environment variable), as a job that crashes its
+    /// worker would.
+    abort_on_prompt: Option<String>,
 }
 
 fn err_text(e: impl std::fmt::Display) -> String {
@@ -60,6 +64,9 @@ impl Worker {
             identity: None,
             loras: Vec::new(),
             cache,
+            abort_on_prompt: std::env::var("ARIA_TEST_ABORT_ON_PROMPT")
+                .ok()
+                .filter(|p| !p.is_empty()),
         })
     }
 
@@ -78,7 +85,11 @@ impl Worker {
             .unwrap_or_else(Instant::now);
         while !s.stop.load(Ordering::SeqCst) {
             if last_requeue.elapsed() >= lease / 3 {
-                let _ = s.store.requeue_expired(s.cfg.max_attempts);
+                if let Ok(r) = s.store.requeue_expired(s.cfg.max_attempts) {
+                    for id in r.failed.iter().chain(&r.cancelled) {
+                        remove_inputs(&s.cfg.results_dir, id);
+                    }
+                }
                 last_requeue = Instant::now();
             }
             let jobs = match s
@@ -112,9 +123,13 @@ impl Worker {
                     let _ = s
                         .store
                         .finish(&rec.id, &s.cfg.worker_id, &Outcome::Failed(msg));
+                    remove_inputs(&s.cfg.results_dir, &rec.id);
                     continue;
                 }
             };
+            if self.abort_on_prompt.as_deref() == Some(spec.prompt.as_str()) {
+                std::process::abort();
+            }
             let frames = (spec.seconds * f64::from(sr)).round() as usize;
             let frames = match self.pipe.read() {
                 Ok(p) => p.lengths(spec.seconds, 6.0).output_samples,
@@ -201,6 +216,17 @@ impl Worker {
             match outcome {
                 Some(o) => {
                     let kept = s.store.finish(&id, worker, &o).unwrap_or(false);
+                    // Once the job has ended its uploads go (not when it was requeued after a
+                    // lost lease: its next attempt needs them).
+                    let ended = kept
+                        || s.store
+                            .get(&id)
+                            .ok()
+                            .flatten()
+                            .is_some_and(|j| j.state.is_terminal());
+                    if ended {
+                        remove_inputs(&s.cfg.results_dir, &id);
+                    }
                     if !kept && done {
                         let _ = std::fs::remove_file(s.cfg.results_dir.join(format!("{id}.wav")));
                     }
@@ -602,14 +628,7 @@ impl Heartbeat {
     }
 }
 
-/// Remove a job's uploaded inputs.
+/// Remove a job's uploaded inputs (`inputs/{id}.…` in the results directory).
 pub fn remove_inputs(results: &Path, id: &str) {
-    let dir = results.join("inputs");
-    if let Ok(rd) = std::fs::read_dir(&dir) {
-        for e in rd.flatten() {
-            if e.file_name().to_string_lossy().starts_with(id) {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-    }
+    crate::jobs::retention::remove_uploads(results, id);
 }

@@ -751,11 +751,12 @@ async fn a_lost_workers_job_is_retried() {
     let claimed = st.claim("ghost", 1, Duration::from_millis(300)).unwrap();
     assert_eq!(claimed.len(), 1);
     drop(st);
+    let me = cfg.worker_id.clone();
     let srv = start(cfg).await.unwrap();
     let a = srv.addr();
     let j = wait_state(a, "orphan-1", &["done", "failed"], Duration::from_secs(60)).await;
     assert_eq!(j["state"], "done", "{j}");
     assert_eq!(j["attempts"], 2);
-    assert_eq!(j["worker"], "local");
+    assert_eq!(j["worker"], me.as_str());
     srv.shutdown().await.unwrap();
 }

@@ -39,7 +39,7 @@ fn the_page_generates_plays_and_cancels_in_chromium() {
             !ci(),
             "CI=true but no Chromium found (install it with .ci/chromium.sh or set ARIA_CHROMIUM)"
         );
-        eprintln!("SKIPPED: no chromium on PATH (set ARIA_CHROMIUM or run .ci/chromium.sh)");
+        aria_testing::skip("no chromium on PATH (set ARIA_CHROMIUM or run .ci/chromium.sh)");
         return;
     };
 

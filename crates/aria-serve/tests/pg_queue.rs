@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,7 +29,7 @@ fn pg_url() -> Option<String> {
             if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
                 panic!("{msg}; PostgreSQL is required under CI=true");
             }
-            eprintln!("SKIPPED: {msg}");
+            aria_testing::skip(msg);
             None
         }
     }
@@ -236,28 +237,34 @@ fn concurrent_claims_never_share_a_job() {
     Arc::try_unwrap(s).unwrap().drop_schema().unwrap();
 }
 
-/// A worker process (run by `workers_share_the_queue_and_retry_a_killed_workers_jobs`; does
-/// nothing in a plain test run): claims one job at a time, "runs" it for `ARIA_PGQ_WORK_MS`
-/// in steps with heartbeats, and finishes it; prints `PGQ RUN id attempt` and `PGQ FIN id ok`.
-#[test]
-fn queue_worker_child() {
-    let (Ok(name), Ok(url), Ok(sc)) = (
-        std::env::var("ARIA_PGQ_WORKER"),
-        std::env::var("ARIA_PGQ_URL"),
-        std::env::var("ARIA_PGQ_SCHEMA"),
-    ) else {
-        return;
-    };
-    let work = Duration::from_millis(std::env::var("ARIA_PGQ_WORK_MS").unwrap().parse().unwrap());
-    let lease = Duration::from_millis(std::env::var("ARIA_PGQ_LEASE_MS").unwrap().parse().unwrap());
+/// The environment of a worker process (see [`queue_worker`]).
+const WORKER: &str = "ARIA_PGQ_WORKER";
+/// In a worker: hold its second job (see [`queue_worker`]).
+const HOLD: &str = "ARIA_PGQ_HOLD";
+
+/// A worker process: the test binary re-run on
+/// `workers_share_the_queue_and_retry_a_killed_workers_jobs` alone with [`WORKER`] (its name)
+/// and `ARIA_PGQ_{URL,SCHEMA,WORK_MS,LEASE_MS}` set, which then plays this role instead of the
+/// test's. Claims one job at a time, "runs" it for `ARIA_PGQ_WORK_MS` in steps with heartbeats,
+/// and finishes it; prints `PGQ RUN id attempt` and `PGQ FIN id ok`. With [`HOLD`] set it stops
+/// in its second job, after the first step: it prints `PGQ HOLD id` and keeps the lease alive
+/// until it is killed (or its stdin closes, when it exits with a failure).
+fn queue_worker(name: &str) {
+    let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{name}: {k} is not set"));
+    let (url, sc) = (var("ARIA_PGQ_URL"), var("ARIA_PGQ_SCHEMA"));
+    let work = Duration::from_millis(var("ARIA_PGQ_WORK_MS").parse().unwrap());
+    let lease = Duration::from_millis(var("ARIA_PGQ_LEASE_MS").parse().unwrap());
+    let hold = std::env::var_os(HOLD).is_some();
     let s = PgJobStore::open_in_schema(&url, &sc).unwrap();
     let mut listener = s.listener().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
+    let mut finished = 0;
     loop {
         assert!(Instant::now() < deadline, "{name}: the queue never drained");
         s.requeue_expired(5).unwrap();
-        let jobs = s.claim(&name, 1, lease).unwrap();
+        let jobs = s.claim(name, 1, lease).unwrap();
         if jobs.is_empty() {
+            assert!(!hold, "{name}: no job to hold");
             let c = s.counts().unwrap();
             if c.queued == 0 && c.running == 0 {
                 return;
@@ -270,15 +277,17 @@ fn queue_worker_child() {
             println!("PGQ RUN {} {}", j.id, j.attempts);
             for step in 1..=5u32 {
                 std::thread::sleep(work / 5);
-                s.heartbeat(&name, std::slice::from_ref(&j.id), lease)
+                s.heartbeat(name, std::slice::from_ref(&j.id), lease)
                     .unwrap();
-                s.progress(&j.id, &name, step, 5, step as f32 / 5.0)
-                    .unwrap();
+                s.progress(&j.id, name, step, 5, step as f32 / 5.0).unwrap();
+                if hold && finished == 1 {
+                    hold_until_killed(&s, name, &j.id, lease);
+                }
             }
             let ok = s
                 .finish(
                     &j.id,
-                    &name,
+                    name,
                     &Outcome::Done {
                         result: format!("{}.wav", j.id),
                         timings: "{}".into(),
@@ -286,12 +295,33 @@ fn queue_worker_child() {
                 )
                 .unwrap();
             println!("PGQ FIN {} {ok}", j.id);
+            finished += 1;
         }
+    }
+}
+
+/// Announces `PGQ HOLD id` and keeps the job's lease alive (so that nothing but the kill can
+/// take the job from this worker) until the process is killed. The parent never writes to the
+/// worker's stdin: when it closes (the parent is gone), the worker exits with a failure.
+fn hold_until_killed(s: &PgJobStore, name: &str, id: &str, lease: Duration) -> ! {
+    use std::io::{Read, Write};
+    println!("PGQ HOLD {id}");
+    std::io::stdout().flush().unwrap();
+    std::thread::spawn(|| {
+        let _ = std::io::stdin().read(&mut [0u8; 1]);
+        std::process::exit(3);
+    });
+    loop {
+        s.heartbeat(name, &[id.to_string()], lease).unwrap();
+        std::thread::sleep(lease / 10);
     }
 }
 
 #[test]
 fn workers_share_the_queue_and_retry_a_killed_workers_jobs() {
+    if let Ok(name) = std::env::var(WORKER) {
+        return queue_worker(&name);
+    }
     let Some(url) = pg_url() else { return };
     let s = fresh(&url, "workers");
     let n = 30;
@@ -301,63 +331,62 @@ fn workers_share_the_queue_and_retry_a_killed_workers_jobs() {
     let t0 = Instant::now();
     let exe = std::env::current_exe().unwrap();
     let spawn = |name: &str| {
-        Command::new(&exe)
-            .args([
-                "queue_worker_child",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("ARIA_PGQ_WORKER", name)
-            .env("ARIA_PGQ_URL", &url)
-            .env("ARIA_PGQ_SCHEMA", schema("workers"))
-            .env("ARIA_PGQ_WORK_MS", "150")
-            .env("ARIA_PGQ_LEASE_MS", "5000")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+        let mut c = Command::new(&exe);
+        c.args([
+            "workers_share_the_queue_and_retry_a_killed_workers_jobs",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(WORKER, name)
+        .env("ARIA_PGQ_URL", &url)
+        .env("ARIA_PGQ_SCHEMA", schema("workers"))
+        .env("ARIA_PGQ_WORK_MS", "150")
+        .env("ARIA_PGQ_LEASE_MS", "5000")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        if name == "w0" {
+            c.env(HOLD, "1");
+        }
+        c.spawn().unwrap()
     };
     let names = ["w0", "w1", "w2"];
-    let mut children: Vec<_> = names.iter().map(|&n| spawn(n)).collect();
+    let mut children = vec![spawn(names[0])];
 
-    // Kill w0 in the middle of a job, once it has finished one. The finished jobs are read
-    // before the running ones: a job w0 finished between the two reads is then not taken for
-    // the one it is running (it would still be listed as running by an earlier read).
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // w0 finishes a job, then stops in the middle of its second one and says so; it keeps the
+    // job's lease alive until it is killed. w1 and w2 start once it holds that job (so that it
+    // surely gets one), and w0 is killed only then: no timing decides what the kill interrupts.
+    // w0's lines are read as they come, up to the marker.
+    let mut w0_out = BufReader::new(children[0].stdout.take().unwrap());
+    let mut w0_lines = Vec::new();
     let observed = loop {
-        assert!(Instant::now() < deadline, "w0 never got to a second job");
-        let finished_one = s
-            .list(&ListFilter {
-                state: Some(JobState::Done),
-                limit: 1000,
-                before_seq: None,
-            })
-            .unwrap()
-            .iter()
-            .any(|j| j.worker.as_deref() == Some("w0"));
-        let running = s
-            .list(&ListFilter {
-                state: Some(JobState::Running),
-                limit: 100,
-                before_seq: None,
-            })
-            .unwrap();
-        // Early in the job (steps 1-3 of 5), so that it is still running when the kill lands.
-        if let Some(j) = running
-            .iter()
-            .find(|j| j.worker.as_deref() == Some("w0") && (1..=3).contains(&j.step))
-        {
-            if finished_one {
-                break j.id.clone();
-            }
+        let mut l = String::new();
+        if w0_out.read_line(&mut l).unwrap() == 0 {
+            let st = children[0].wait().unwrap();
+            let mut err = String::new();
+            children[0]
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            panic!("w0 exited ({st}) before holding a job: {w0_lines:?}\n{err}");
         }
-        std::thread::sleep(Duration::from_millis(5));
+        let l = l.trim_end().to_string();
+        let hold = l.split_once("PGQ HOLD ").map(|(_, id)| id.to_string());
+        w0_lines.push(l);
+        if let Some(id) = hold {
+            break id;
+        }
     };
+    children.extend(names[1..].iter().map(|&n| spawn(n)));
+    // SIGKILL on Unix.
     children[0].kill().unwrap();
     let killed_at = t0.elapsed();
     let w0_status = children[0].wait().unwrap();
     assert!(!w0_status.success(), "w0 exited on its own: {w0_status}");
+    w0_out.read_to_end(&mut Vec::new()).unwrap();
     // Dead now: what the store says w0 holds is what the kill interrupted.
     let held: Vec<String> = s
         .list(&ListFilter {
@@ -380,16 +409,19 @@ fn workers_share_the_queue_and_retry_a_killed_workers_jobs() {
     let mut runs: BTreeMap<String, Vec<(String, u32)>> = BTreeMap::new();
     let mut fins: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (name, c) in names.iter().zip(children.drain(..)) {
-        let out = c.wait_with_output().unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        if *name != "w0" {
+        let stdout = if *name == "w0" {
+            w0_lines.join("\n")
+        } else {
+            let out = c.wait_with_output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
             assert!(
                 out.status.success(),
                 "{name} failed: {}\n{stdout}\n{}",
                 out.status,
                 String::from_utf8_lossy(&out.stderr)
             );
-        }
+            stdout
+        };
         // The harness prints `test … ` before the first line of a test's own output.
         for l in stdout
             .lines()

@@ -10,13 +10,33 @@
   // A token given in the page's address (?token=…) goes with every request.
   const token = new URLSearchParams(location.search).get("token");
 
+  // This browser's client key, made once and kept: the server shows a client only its own
+  // jobs (sent as X-Aria-Client, or ?client= on links the browser follows itself).
+  const client = (function () {
+    const KEY = "aria-client-key";
+    let k = null;
+    try {
+      k = localStorage.getItem(KEY);
+    } catch (_) {}
+    if (!k) {
+      const bytes = new Uint8Array(16);
+      crypto.getRandomValues(bytes);
+      k = Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+      try {
+        localStorage.setItem(KEY, k);
+      } catch (_) {}
+    }
+    return k;
+  })();
+
   function withToken(url) {
+    url += (url.includes("?") ? "&" : "?") + "client=" + encodeURIComponent(client);
     if (!token) return url;
-    return url + (url.includes("?") ? "&" : "?") + "token=" + encodeURIComponent(token);
+    return url + "&token=" + encodeURIComponent(token);
   }
 
   async function api(method, url, body) {
-    const opts = { method, headers: {} };
+    const opts = { method, headers: { "X-Aria-Client": client } };
     if (token) opts.headers["Authorization"] = "Bearer " + token;
     if (body !== undefined) {
       opts.headers["Content-Type"] = "application/json";

@@ -165,11 +165,7 @@ fn recovers_a_synthetic_direction() {
             .unwrap();
         let proj = dot(&cap.take_samples().unwrap()[&0][0], &entry.direction);
         let b = base.get_or_insert_with(|| lat.clone());
-        let drift = lat
-            .iter()
-            .zip(b.iter())
-            .map(|(x, y)| (x - y).abs())
-            .fold(0f32, f32::max);
+        let drift = aria_testing::fixtures::max_abs_diff(&lat, b);
         eprintln!("alpha {alpha}: projection {proj:.5}, drift {drift:.3e}");
         assert!(proj > last.0 && drift > last.1 || alpha == 0.0 && drift == 0.0);
         last = (proj, drift);

@@ -1,8 +1,10 @@
 //! # aria-testing
 //!
 //! Test support shared by the aria crates (not published, not part of any public API):
-//! - [`fixtures`]: locating the parity fixtures recorded by the official code and comparing
-//!   against them (tests skip visibly when fixtures are absent, and fail under `CI=true`);
+//! - [`fixtures`]: locating the parity fixtures recorded by the official code (the
+//!   repository's `fixtures/` folder) and comparing against them;
+//! - [`skip`](mod@skip): recording a test that skips (absent data, service or hardware), so that the
+//!   test command can list every skip with its reason; under `CI=true` a skip fails;
 //! - [`counting`]: a device backend that computes with the CPU kernels but keeps its tensors
 //!   behind [`aria_core::Device`], counting every upload, download and op. It proves that a
 //!   model runs entirely on a device backend — no op falls back to a silent host round trip —
@@ -32,6 +34,8 @@ pub mod counting;
 pub mod fixtures;
 #[cfg(feature = "dit")]
 pub mod sampler;
+pub mod skip;
 pub mod tempdir;
 
+pub use skip::{skip, skip_for_hardware};
 pub use tempdir::{SharedTempDir, TempDir};

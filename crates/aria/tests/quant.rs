@@ -41,8 +41,11 @@ fn latents(p: &Pipeline, seed: u64) -> Vec<f32> {
     out.latents.to_vec_f32().unwrap()
 }
 
-/// `‖a − b‖ / ‖b‖`.
+/// `‖a − b‖ / ‖b‖`; infinite on a length mismatch or a non-finite value.
 fn rel_rms(a: &[f32], b: &[f32]) -> f64 {
+    if a.len() != b.len() || !a.iter().chain(b).all(|v| v.is_finite()) {
+        return f64::INFINITY;
+    }
     let (mut num, mut den) = (0f64, 0f64);
     for (x, y) in a.iter().zip(b) {
         num += f64::from(x - y).powi(2);

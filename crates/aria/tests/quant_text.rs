@@ -33,9 +33,12 @@ fn load(files: &ModelFiles, quantize_text: bool, w8a8: bool) -> Pipeline {
     Pipeline::load(files, &opts).unwrap()
 }
 
-/// `‖a − b‖ / ‖b‖`.
+/// `‖a − b‖ / ‖b‖`; infinite on a non-finite value.
 fn rel_rms(a: &[f32], b: &[f32]) -> f64 {
     assert_eq!(a.len(), b.len());
+    if !a.iter().chain(b).all(|v| v.is_finite()) {
+        return f64::INFINITY;
+    }
     let (mut num, mut den) = (0f64, 0f64);
     for (x, y) in a.iter().zip(b) {
         num += f64::from(x - y).powi(2);

@@ -159,6 +159,7 @@ fn check_stream(cfg: StreamConfig, n_chunks: usize) {
             }
             in_fades.extend((j - fade..j + 2).map(|n| jumps[n - 1]));
         }
+        assert!(at_edges.iter().all(|x| x.is_finite()), "non-finite jump");
         let worst = at_edges.iter().copied().fold(0f32, f32::max);
         let mean_edges =
             at_edges.iter().map(|&x| f64::from(x)).sum::<f64>() / at_edges.len() as f64;

@@ -37,7 +37,7 @@ fn wgpu_backend() -> Option<WgpuBackend> {
         Err(e) => {
             let ci = std::env::var("CI").map(|v| v == "true").unwrap_or(false);
             assert!(!ci, "no wgpu adapter under CI=true: {e}");
-            eprintln!("SKIPPED: no wgpu adapter ({e})");
+            aria_testing::skip(format!("no wgpu adapter ({e})"));
             None
         }
     }
@@ -107,7 +107,7 @@ fn dit_forward_on_wgpu() {
     ] {
         let (Some(dit), Some(w)) = (load_dit(folder, &dev), tensors(&format!("{folder}/{file}")))
         else {
-            eprintln!("SKIPPED: fixtures absent");
+            aria_testing::skip("fixtures absent");
             return;
         };
         for g in groups {
@@ -149,7 +149,7 @@ fn eight_step_sample_on_wgpu() {
             load_dit(folder, &dev),
             tensors(&format!("{folder}/sampler.safetensors")),
         ) else {
-            eprintln!("SKIPPED: fixtures absent");
+            aria_testing::skip("fixtures absent");
             return;
         };
         let (up0, down0) = be.transfers();
@@ -202,7 +202,7 @@ fn same_decoders_on_wgpu() {
             load_ae(folder, &dev),
             tensors(&format!("{folder}/same_decode.safetensors")),
         ) else {
-            eprintln!("SKIPPED: fixtures absent");
+            aria_testing::skip("fixtures absent");
             return;
         };
         for g in ["dec_even", "dec_odd"] {
@@ -239,7 +239,7 @@ fn t5gemma_f32_on_wgpu() {
             fixture(&format!("{folder}/t5gemma-b-b-ul2")),
             tensors(&format!("{folder}/text.safetensors")),
         ) else {
-            eprintln!("SKIPPED: fixtures absent");
+            aria_testing::skip("fixtures absent");
             return;
         };
         let mut enc = T5GemmaEncoder::load(dir).unwrap();
@@ -266,7 +266,7 @@ fn e2e_pipeline_on_wgpu() {
             fixture(folder),
             fixture(&format!("{folder}/e2e.safetensors")),
         ) else {
-            eprintln!("SKIPPED: fixtures absent");
+            aria_testing::skip("fixtures absent");
             return;
         };
         let files = resolve_model(&dir.display().to_string(), &SearchPaths::default()).unwrap();

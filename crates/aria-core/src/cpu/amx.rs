@@ -34,16 +34,18 @@ pub fn available() -> bool {
     *OK.get_or_init(detect)
 }
 
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-fn detect() -> bool {
+/// Whether CPUID reports AMX-TILE and AMX-BF16 (whether or not the OS grants the tile state).
+pub fn in_cpuid() -> bool {
     // CPUID leaf 7, sub-leaf 0: EDX bit 22 AMX-BF16, bit 24 AMX-TILE.
     // Leaf 7 is read only when the highest basic leaf reaches it.
     let max = std::arch::x86_64::__cpuid(0).eax;
     let leaf7 = (max >= 7).then(|| std::arch::x86_64::__cpuid_count(7, 0));
-    let Some(r) = leaf7 else {
-        return false;
-    };
-    if r.edx & (1 << 22) == 0 || r.edx & (1 << 24) == 0 {
+    leaf7.is_some_and(|r| r.edx & (1 << 22) != 0 && r.edx & (1 << 24) != 0)
+}
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn detect() -> bool {
+    if !in_cpuid() {
         return false;
     }
     const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;

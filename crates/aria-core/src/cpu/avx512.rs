@@ -328,7 +328,7 @@ mod tests {
     #[test]
     fn sixteen_lanes_match_avx2_bits() {
         if !(super::super::Isa::Avx512.is_available()) {
-            eprintln!("skipped: this CPU has no AVX-512F");
+            aria_testing::skip_for_hardware("this CPU has no AVX-512F");
             return;
         }
         for n in [0usize, 1, 7, 8, 15, 16, 17, 31, 33, 100, 452, 1001] {

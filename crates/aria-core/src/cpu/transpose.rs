@@ -145,7 +145,7 @@ mod tests {
             .filter(|&i| block(i) > 0)
             .collect();
         if paths.is_empty() {
-            eprintln!("skipped: no register-block transpose on this CPU");
+            aria_testing::skip_for_hardware("no register-block transpose on this CPU");
         }
         for isa in paths {
             let s = block(isa);

@@ -16,7 +16,9 @@ pub fn backend(test: &str) -> Option<CudaBackend> {
             !required(),
             "{test}: no CUDA device but ARIA_REQUIRE_CUDA=1"
         );
-        eprintln!("SKIPPED {test}: no CUDA driver or device (ARIA_REQUIRE_CUDA=1 makes this fail)");
+        aria_testing::skip_for_hardware(
+            "no CUDA driver or device (ARIA_REQUIRE_CUDA=1 makes this fail)",
+        );
         return None;
     }
     match CudaBackend::new(0) {

@@ -305,6 +305,9 @@ impl DitConfig {
     }
 }
 
+/// Largest width (channels, embedding, conditioning, tokens) a configuration may declare.
+const MAX_WIDTH: usize = 1 << 16;
+
 /// Keys the official code reads (or accepts as constructor arguments) per section.
 mod known {
     pub const CONDITIONING: &[&str] = &["cond_dim", "configs", "default_keys", "pre_encoded_keys"];
@@ -442,13 +445,22 @@ impl ConditionerEntry {
                         format!("`{what}.model_name`: unknown T5Gemma model `{}`", c.model_name),
                     ));
                 }
-                if c.max_length == 0 {
-                    return Err(cfg_err(file, format!("`{what}.max_length` must be at least 1")));
+                if !(1..=MAX_WIDTH).contains(&c.max_length) {
+                    return Err(cfg_err(
+                        file,
+                        format!("`{what}.max_length` ({}) must be in 1..={MAX_WIDTH}", c.max_length),
+                    ));
                 }
                 Ok(ConditionerSettings::T5Gemma(c))
             }
             "number" => {
                 let c: NumberCondConfig = typed(file, &what, &self.config)?;
+                if !(c.max_val - c.min_val).is_finite() {
+                    return Err(cfg_err(
+                        file,
+                        format!("`{what}`: min_val {} and max_val {} must span a finite range", c.min_val, c.max_val),
+                    ));
+                }
                 if c.max_val.partial_cmp(&c.min_val) != Some(std::cmp::Ordering::Greater) {
                     return Err(cfg_err(
                         file,
@@ -609,6 +621,34 @@ impl ModelConfig {
             }
         }
         let dc = &d.config;
+        // Sizes reach allocations, products and divisions: refuse zero and absurd values.
+        let (dit, w) = ("model.diffusion.config", MAX_WIDTH);
+        let sizes = [
+            ("", "sample_size", self.sample_size, 1, 1 << 30),
+            ("", "sample_rate", self.sample_rate as usize, 1, 1 << 20),
+            ("", "audio_channels", self.audio_channels, 1, 64),
+            ("model.conditioning.", "cond_dim", c.cond_dim, 0, w),
+            (dit, "io_channels", dc.io_channels, 1, w),
+            (dit, "patch_size", dc.patch_size, 1, w),
+            (dit, "embed_dim", dc.embed_dim, 1, w),
+            (dit, "depth", dc.depth, 1, 4096),
+            (dit, "num_heads", dc.num_heads, 1, w),
+            (dit, "cond_token_dim", dc.cond_token_dim, 0, w),
+            (dit, "global_cond_dim", dc.global_cond_dim, 0, w),
+            (dit, "timestep_features_dim", dc.timestep_features_dim, 1, w),
+            (dit, "num_memory_tokens", dc.num_memory_tokens, 0, w),
+            (dit, "local_add_cond_dim", dc.local_add_cond_dim, 0, w),
+            (dit, "ff_kwargs.mult", dc.ff_kwargs.mult, 1, 64),
+        ];
+        for (section, key, v, lo, hi) in sizes {
+            if !(lo..=hi).contains(&v) {
+                let sep = if section == dit { "." } else { "" };
+                return Err(cfg_err(
+                    p,
+                    format!("`{section}{sep}{key}` ({v}) must be in {lo}..={hi}"),
+                ));
+            }
+        }
         if !d.cross_attention_cond_ids.is_empty() && dc.cond_token_dim != c.cond_dim {
             return Err(cfg_err(
                 p,

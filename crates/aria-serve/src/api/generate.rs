@@ -4,12 +4,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{FromRequest, Multipart, Request, State};
+use axum::extract::{Extension, FromRequest, Multipart, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use serde_json::json;
 
+use super::owner::Caller;
 use super::{blocking, ApiError};
 use crate::jobs::{new_job_id, NewJob};
 use crate::request::{validate, Checks, GenerateBody, SavedInputs, Upload};
@@ -123,30 +124,61 @@ async fn parse_multipart(
     Ok((body, uploads))
 }
 
-/// Write the uploads and check the audio ones' lengths.
+/// Sample rates an uploaded clip may have (Hz).
+pub(crate) const UPLOAD_RATES: std::ops::RangeInclusive<u32> = 1_000..=768_000;
+
+/// The request field of a saved upload (`inputs/<id>.<part>[.safetensors]`).
+fn field_of(name: &str) -> String {
+    let part = name.split('.').nth(1).unwrap_or("upload");
+    match part.strip_prefix("steer") {
+        Some(i) if !i.is_empty() => format!("steer[{i}]"),
+        _ if part == "init_audio" => "init_audio".into(),
+        _ => "inpaint".into(),
+    }
+}
+
+/// Write the uploads and check them: direction files load, audio clips have a usable sample
+/// rate and stay within `upload_seconds`. Messages name the request field, never a path.
 fn save_inputs(s: &Shared, saved: &SavedInputs) -> Result<(), ApiError> {
     let dir = &s.cfg.results_dir;
     for (name, bytes) in &saved.files {
         let path = dir.join(name);
+        let field = field_of(name);
         if let Some(p) = path.parent() {
-            std::fs::create_dir_all(p)
-                .map_err(|e| ApiError::internal(format!("creating {}: {e}", p.display())))?;
+            std::fs::create_dir_all(p).map_err(|e| {
+                ApiError::internal(format!("creating the uploads folder: {}", e.kind()))
+            })?;
         }
         std::fs::write(&path, bytes)
-            .map_err(|e| ApiError::internal(format!("writing an upload: {e}")))?;
+            .map_err(|e| ApiError::internal(format!("writing an upload: {}", e.kind())))?;
         if name.ends_with(".safetensors") {
-            aria_steer::DirectionFile::load(&path)
-                .map_err(|e| ApiError::invalid("steer", format!("uploaded direction file: {e}")))?;
+            aria_steer::DirectionFile::load(&path).map_err(|e| {
+                let why = e
+                    .to_string()
+                    .replace(&path.display().to_string(), &field)
+                    .replace(&dir.display().to_string(), "results");
+                ApiError::invalid(
+                    &field,
+                    format!("{field}: the uploaded direction file is not usable: {why}"),
+                )
+            })?;
             continue;
         }
-        let field = if name.ends_with("init_audio") {
-            "init_audio"
-        } else {
-            "inpaint"
-        };
-        let clip = aria::audio::read_audio(&path)
-            .map_err(|_| ApiError::invalid(field, format!("{field}: not a readable audio file")))?;
-        let secs = clip.frames() as f64 / f64::from(clip.sample_rate.max(1));
+        let clip = aria::audio::read_audio(&path).map_err(|_| {
+            ApiError::invalid(&field, format!("{field}: not a readable audio file"))
+        })?;
+        if !UPLOAD_RATES.contains(&clip.sample_rate) {
+            return Err(ApiError::invalid(
+                &field,
+                format!(
+                    "{field}: sample rate {} Hz is not in {}..={} Hz",
+                    clip.sample_rate,
+                    UPLOAD_RATES.start(),
+                    UPLOAD_RATES.end()
+                ),
+            ));
+        }
+        let secs = clip.frames() as f64 / f64::from(clip.sample_rate);
         if secs > s.cfg.limits.upload_seconds {
             return Err(ApiError::limit(
                 "upload_seconds",
@@ -177,14 +209,18 @@ fn counted(s: &Shared, e: ApiError) -> ApiError {
     e
 }
 
-pub(super) async fn generate(State(s): State<Arc<Shared>>, req: Request) -> Response {
-    match submit(&s, req).await {
+pub(super) async fn generate(
+    State(s): State<Arc<Shared>>,
+    Extension(caller): Extension<Caller>,
+    req: Request,
+) -> Response {
+    match submit(&s, &caller, req).await {
         Ok(r) => r,
         Err(e) => counted(&s, e).into_response(),
     }
 }
 
-async fn submit(s: &Arc<Shared>, req: Request) -> Result<Response, ApiError> {
+async fn submit(s: &Arc<Shared>, caller: &Caller, req: Request) -> Result<Response, ApiError> {
     if s.stop.load(Ordering::SeqCst) {
         return Err(ApiError::unavailable("the server is shutting down"));
     }
@@ -209,6 +245,7 @@ async fn submit(s: &Arc<Shared>, req: Request) -> Result<Response, ApiError> {
     let id = new_job_id();
     let shared = s.clone();
     let id2 = id.clone();
+    let owner = caller.owner.clone();
     let pos = blocking(move || {
         let s = &shared;
         let mut saved = SavedInputs::default();
@@ -221,7 +258,8 @@ async fn submit(s: &Arc<Shared>, req: Request) -> Result<Response, ApiError> {
             steer_uploads: s.cfg.steer_uploads,
             warm_available: s.cfg.cache.is_some(),
         };
-        let spec = validate(body, uploads, &id2, &checks, &mut saved)?;
+        let mut spec = validate(body, uploads, &id2, &checks, &mut saved)?;
+        spec.owner = Some(owner);
         let r = save_inputs(s, &saved).and_then(|()| {
             let job = NewJob {
                 id: id2.clone(),

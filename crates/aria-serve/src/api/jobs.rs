@@ -4,12 +4,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::owner::Caller;
 use super::{blocking, ApiError};
 use crate::jobs::{is_valid_job_id, CancelOutcome, JobRecord, JobState, ListFilter};
 use crate::live::{LiveEnd, LiveJob};
@@ -83,13 +84,25 @@ fn check_id(id: &str) -> Result<(), ApiError> {
     }
 }
 
-async fn record(s: &Arc<Shared>, id: &str) -> Result<(JobRecord, Option<usize>), ApiError> {
+/// The owner a job's spec names (`None`: none).
+fn owner_of(r: &JobRecord) -> Option<String> {
+    let spec: Value = serde_json::from_str(&r.spec).ok()?;
+    spec.get("owner")?.as_str().map(str::to_string)
+}
+
+/// The job `id` if it exists and `caller` may see it (else 404, whether or not it exists).
+async fn record(
+    s: &Arc<Shared>,
+    caller: &Caller,
+    id: &str,
+) -> Result<(JobRecord, Option<usize>), ApiError> {
     check_id(id)?;
-    let (s, id) = (s.clone(), id.to_string());
+    let (s, id, caller) = (s.clone(), id.to_string(), caller.clone());
     blocking(move || {
         let r = s
             .store
             .get(&id)?
+            .filter(|r| caller.sees(owner_of(r).as_deref()))
             .ok_or_else(|| ApiError::not_found(format!("no job `{id}`")))?;
         let pos = match r.state {
             JobState::Queued => s.store.position(&id)?,
@@ -102,9 +115,10 @@ async fn record(s: &Arc<Shared>, id: &str) -> Result<(JobRecord, Option<usize>),
 
 pub(super) async fn get_job(
     State(s): State<Arc<Shared>>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let (r, pos) = record(&s, &id).await?;
+    let (r, pos) = record(&s, &caller, &id).await?;
     Ok(axum::Json(job_json(&r, pos)).into_response())
 }
 
@@ -118,6 +132,7 @@ pub(super) struct ListQuery {
 
 pub(super) async fn list(
     State(s): State<Arc<Shared>>,
+    Extension(caller): Extension<Caller>,
     Query(q): Query<ListQuery>,
 ) -> Result<Response, ApiError> {
     let state = match q.state.as_deref() {
@@ -129,13 +144,34 @@ pub(super) async fn list(
         })?),
         None => None,
     };
-    let filter = ListFilter {
+    let limit = q.limit.unwrap_or(50).min(500);
+    let mut filter = ListFilter {
         state,
-        limit: q.limit.unwrap_or(50).min(500),
+        limit,
         before_seq: q.before,
     };
     let jobs = blocking(move || {
-        let rows = s.store.list(&filter)?;
+        // Pages of the store until `limit` jobs the caller may see (or the end).
+        let mut rows = Vec::new();
+        let mut next = None;
+        loop {
+            let page = s.store.list(&filter)?;
+            let full = page.len() == filter.limit;
+            for r in page {
+                next = Some(r.seq);
+                if caller.sees(owner_of(&r).as_deref()) {
+                    rows.push(r);
+                    if rows.len() == limit {
+                        break;
+                    }
+                }
+            }
+            if rows.len() == limit || !full || limit == 0 {
+                break;
+            }
+            filter.before_seq = next;
+            filter.limit = 500;
+        }
         let mut out = Vec::with_capacity(rows.len());
         for r in &rows {
             let pos = match r.state {
@@ -144,7 +180,6 @@ pub(super) async fn list(
             };
             out.push(job_json(r, pos));
         }
-        let next = rows.last().map(|r| r.seq);
         Ok(json!({ "jobs": out, "next_before": next }))
     })
     .await?;
@@ -153,9 +188,10 @@ pub(super) async fn list(
 
 pub(super) async fn cancel(
     State(s): State<Arc<Shared>>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    check_id(&id)?;
+    record(&s, &caller, &id).await?;
     let s2 = s.clone();
     let id2 = id.clone();
     let outcome = blocking(move || Ok(s2.store.cancel(&id2)?)).await?;
@@ -181,6 +217,17 @@ pub(super) async fn cancel(
         }
     };
     Ok((status, axum::Json(json!({ "id": id, "state": state }))).into_response())
+}
+
+/// `410 Gone`: the result of a done job was removed after the result retention.
+fn expired(id: &str) -> ApiError {
+    ApiError {
+        status: StatusCode::GONE,
+        code: "expired",
+        ..ApiError::not_found(format!(
+            "the result of job `{id}` was removed after the result retention"
+        ))
+    }
 }
 
 /// `?format=wav|flac`.
@@ -271,6 +318,7 @@ fn flac_bytes(wav: &[u8]) -> Result<Vec<u8>, String> {
 
 pub(super) async fn audio(
     State(s): State<Arc<Shared>>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     Query(q): Query<AudioQuery>,
 ) -> Result<Response, ApiError> {
@@ -284,7 +332,7 @@ pub(super) async fn audio(
             ))
         }
     };
-    check_id(&id)?;
+    record(&s, &caller, &id).await?;
     let t0 = Instant::now();
     loop {
         if !flac {
@@ -294,13 +342,16 @@ pub(super) async fn audio(
                 return Ok(wav_response(live_body(live)));
             }
         }
-        let (r, _) = record(&s, &id).await?;
+        let (r, _) = record(&s, &caller, &id).await?;
         match r.state {
             JobState::Done => {
-                let name = r.result.unwrap_or_else(|| format!("{id}.wav"));
+                let name = r.result.ok_or_else(|| expired(&id))?;
                 let path = s.cfg.results_dir.join(&name);
                 let wav = tokio::fs::read(&path).await.map_err(|e| {
-                    ApiError::internal(format!("the result of job `{id}` is unreadable: {e}"))
+                    ApiError::internal(format!(
+                        "the result of job `{id}` is unreadable: {}",
+                        e.kind()
+                    ))
                 })?;
                 if !flac {
                     return Ok(wav_response(Body::from(wav)));
@@ -341,11 +392,12 @@ pub(super) struct PictureQuery {
 
 async fn picture(
     s: Arc<Shared>,
+    caller: Caller,
     id: String,
     q: PictureQuery,
     spectrogram: bool,
 ) -> Result<Response, ApiError> {
-    let (r, _) = record(&s, &id).await?;
+    let (r, _) = record(&s, &caller, &id).await?;
     if r.state != JobState::Done {
         return Err(ApiError::conflict(format!(
             "job `{id}` is {}; its pictures exist once it is done",
@@ -361,7 +413,7 @@ async fn picture(
     let path = s
         .cfg
         .results_dir
-        .join(r.result.unwrap_or_else(|| format!("{id}.wav")));
+        .join(r.result.ok_or_else(|| expired(&id))?);
     let png = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
         let reader = hound::WavReader::open(&path).map_err(|e| e.to_string())?;
         let spec = reader.spec();
@@ -392,16 +444,18 @@ async fn picture(
 
 pub(super) async fn waveform(
     State(s): State<Arc<Shared>>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     Query(q): Query<PictureQuery>,
 ) -> Result<Response, ApiError> {
-    picture(s, id, q, false).await
+    picture(s, caller, id, q, false).await
 }
 
 pub(super) async fn spectrogram(
     State(s): State<Arc<Shared>>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     Query(q): Query<PictureQuery>,
 ) -> Result<Response, ApiError> {
-    picture(s, id, q, true).await
+    picture(s, caller, id, q, true).await
 }

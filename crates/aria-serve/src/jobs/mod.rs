@@ -6,7 +6,7 @@
 //! ```text
 //!   submit ──► queued ──claim──► running ──finish──► done | failed | cancelled
 //!                │  ▲               │
-//!         cancel │  └── requeue_expired / release (lease lost, worker stopped)
+//!         cancel │  └── requeue_expired / release / release_crashed
 //!                ▼
 //!            cancelled
 //! ```
@@ -16,8 +16,16 @@
 //! dies stops renewing; once the lease has passed, [`JobStore::requeue_expired`] (called
 //! periodically by every worker) puts its jobs back at the head of the queue, or fails them
 //! after too many attempts. A worker that stops cleanly hands its jobs back at once with
-//! [`JobStore::release`]. So no accepted job is lost and none runs to completion twice: a
-//! [`JobStore::finish`] from a worker that no longer holds the job is refused.
+//! [`JobStore::release`], and the attempt it was on does not count. A process that crashes
+//! does not: when a process with the same id starts again it settles the jobs left under
+//! that id with [`JobStore::release_crashed`], the attempt counting, so a job that crashes
+//! its worker fails after `max_attempts` instead of being retried forever. So no accepted job
+//! is lost and none runs to completion twice: a [`JobStore::finish`] from a worker that no
+//! longer holds the job is refused.
+//!
+//! Worker ids are registered ([`JobStore::register_worker`]) and renewed with the lease, so a
+//! second live process with the same id is refused at start; a registration older than its
+//! lease belongs to a dead process and is taken over.
 //!
 //! The store is synchronous; the HTTP side calls it through `tokio::task::spawn_blocking`.
 //! Implementations: [`sqlite::SqliteStore`] (one host) and, with the `postgres` feature, a
@@ -26,6 +34,8 @@
 
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod registry;
+pub mod retention;
 pub mod sqlite;
 
 use std::sync::Arc;
@@ -33,7 +43,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::Result;
+use crate::{Result, ServeError};
 
 /// The state of a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -290,11 +300,89 @@ pub trait JobStore: Send + Sync {
     /// and lease cleared, step and progress reset). Safe to call from every worker at once.
     fn requeue_expired(&self, max_attempts: u32) -> Result<Requeued>;
 
-    /// Hand back every job `worker` holds, lease or not (a clean shutdown, or a restart of a
-    /// worker with the same id): each goes back to `queued` at its old position, or to
-    /// `cancelled` if its cancel was asked for. The attempt it was on does not count.
+    /// Hand back every job `worker` holds, lease or not, on a clean shutdown (the running
+    /// batch stopped by the drain timeout): each goes back to `queued` at its old position, or
+    /// to `cancelled` if its cancel was asked for. The attempt it was on does not count.
     /// Returns how many were handed back.
     fn release(&self, worker: &str) -> Result<usize>;
+
+    /// Settle every job `worker` holds, lease or not, left by a process with this id that
+    /// stopped without a clean shutdown (a crash, a kill): as [`Self::requeue_expired`] does
+    /// for an expired lease, the attempt it was on counts — `cancelled` if its cancel was
+    /// asked for, `failed` (error names the attempts) when it was claimed `max_attempts` times,
+    /// else back to `queued` at its old position. Called at start, once the id is registered.
+    fn release_crashed(&self, worker: &str, max_attempts: u32) -> Result<Requeued>;
+
+    /// Register `worker` as live for `lease`, by the process `instance` (a token unique to
+    /// the process). Refused with [`crate::ServeError::Config`] naming the id when another
+    /// instance holds it and renewed it less than its lease ago; an expired registration is
+    /// taken over. Returns `true` when a registration was taken over (its process is gone).
+    fn register_worker(&self, worker: &str, instance: &str, lease: Duration) -> Result<bool>;
+
+    /// Push the registration of `worker` by `instance` to `now + lease`. `Ok(false)` when it
+    /// no longer holds it (another instance took the id over after it expired).
+    fn renew_worker(&self, worker: &str, instance: &str, lease: Duration) -> Result<bool>;
+
+    /// Remove the registration of `worker` by `instance` (a clean shutdown); nothing when
+    /// another instance holds the id.
+    fn unregister_worker(&self, worker: &str, instance: &str) -> Result<()>;
+
+    /// Mark every `done` job that finished more than `older_than` ago and still has a result
+    /// as expired: its `result` is cleared and `error` says the result was removed after the
+    /// retention. Returns `(id, result file name)` of each, for the caller to delete.
+    fn expire_results(&self, older_than: Duration) -> Result<Vec<(String, String)>>;
+}
+
+/// The `error` of a job whose result was removed after the retention (see
+/// [`JobStore::expire_results`]); the API answers `410 Gone` for its audio.
+pub const EXPIRED: &str = "expired: its result was removed after the result retention";
+
+/// The `error` of a job failed because its attempts are used up: its worker (`worker`)
+/// stopped renewing its lease, or (`crashed`) stopped while running it and was restarted.
+fn used_up(worker: &str, crashed: bool, attempts: i64, max_attempts: u32) -> String {
+    let why = if crashed {
+        "stopped while running it (a crash or a kill) and was restarted"
+    } else {
+        "stopped renewing its lease"
+    };
+    format!(
+        "its worker (`{worker}`) {why}; {attempts} attempts used of max_attempts = {max_attempts}"
+    )
+}
+
+/// The refusal of a worker id another live process holds.
+fn in_use(worker: &str, left_ms: i64) -> ServeError {
+    ServeError::Config(format!(
+        "worker_id `{worker}` is in use by another live process (its registration is renewed \
+         with the lease and expires in {:.1} s): give each process sharing the store an id of \
+         its own, or leave worker_id unset for a unique one",
+        left_ms.max(0) as f64 / 1000.0
+    ))
+}
+
+/// A worker id unique to this process: `HOST-PID-RANDOM` (the host name, the process id and
+/// 8 hex digits), for a server started without an explicit id.
+pub fn default_worker_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::env::var("COMPUTERNAME").ok())
+        .unwrap_or_default();
+    let host: String = host
+        .trim()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    let host = if host.is_empty() { "host".into() } else { host };
+    let rand = new_job_id();
+    format!("{host}-{}-{}", std::process::id(), &rand[..8])
 }
 
 /// The current time in Unix milliseconds.
@@ -344,7 +432,7 @@ pub fn open_store(spec: &str) -> Result<Arc<dyn JobStore>> {
         }
         #[cfg(not(feature = "postgres"))]
         {
-            return Err(crate::ServeError::Config(format!(
+            return Err(ServeError::Config(format!(
                 "store `{spec}`: this build has no PostgreSQL job store (build aria-serve with \
                  the `postgres` feature)"
             )));

@@ -35,6 +35,8 @@ pub const CHANNEL: &str = "aria_jobs";
 /// Advisory lock keys: schema creation, submits.
 const SCHEMA_LOCK: i64 = 0x6172_6961_6a6f_6273;
 const SUBMIT_LOCK: i64 = 0x6172_6961_7375_626d;
+/// Advisory lock class of worker registrations (the second key is a hash of the id).
+const WORKER_LOCK: i32 = 0x6172_6977;
 
 /// Idle connections kept for reuse.
 const MAX_IDLE: usize = 4;
@@ -63,6 +65,12 @@ CREATE TABLE IF NOT EXISTS aria_jobs (
 );
 CREATE INDEX IF NOT EXISTS aria_jobs_state_seq ON aria_jobs(state, seq);
 CREATE INDEX IF NOT EXISTS aria_jobs_worker ON aria_jobs(worker) WHERE state = 'running';
+CREATE TABLE IF NOT EXISTS aria_workers (
+    worker TEXT PRIMARY KEY,
+    instance TEXT NOT NULL,
+    started_ms BIGINT NOT NULL,
+    alive_until_ms BIGINT NOT NULL
+);
 ";
 
 const COLUMNS: &str = "id, seq, state, spec, batch_key, created_ms, started_ms, finished_ms, \
@@ -74,7 +82,11 @@ const COLUMNS: &str = "id, seq, state, spec, batch_key, created_ms, started_ms, 
 const NOW_MS: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT";
 
 fn err(e: postgres::Error) -> ServeError {
-    ServeError::Store(format!("postgres job store: {e}"))
+    // The server's own message (a bare "db error" otherwise).
+    match e.as_db_error() {
+        Some(d) => ServeError::Store(format!("postgres job store: {d}")),
+        None => ServeError::Store(format!("postgres job store: {e}")),
+    }
 }
 
 /// A connection failure of the shared PostgreSQL code (it names where), as a job store error.
@@ -123,6 +135,52 @@ fn lease_ms(lease: Duration) -> i64 {
 
 fn now(t: &mut Transaction<'_>) -> std::result::Result<i64, postgres::Error> {
     Ok(t.query_one(NOW_MS, &[])?.get(0))
+}
+
+/// Settle running jobs whose worker is gone (rows of `id, attempts, cancel_requested,
+/// worker`, locked): cancelled if asked for, failed when their attempts are used up, else
+/// back to the queue (the attempt counted). `crashed`: their process was restarted (else
+/// their lease passed).
+fn settle(
+    t: &mut Transaction<'_>,
+    rows: &[Row],
+    max_attempts: u32,
+    now: i64,
+    crashed: bool,
+) -> std::result::Result<Requeued, postgres::Error> {
+    let mut out = Requeued::default();
+    for r in rows {
+        let id: String = r.get(0);
+        let attempts: i64 = r.get(1);
+        let cancel: bool = r.get(2);
+        let worker: Option<String> = r.get(3);
+        let worker = worker.unwrap_or_default();
+        if cancel {
+            t.execute(
+                "UPDATE aria_jobs SET state = 'cancelled', finished_ms = $2, \
+                 lease_until_ms = NULL, error = 'cancelled; its worker stopped' \
+                 WHERE id = $1",
+                &[&id, &now],
+            )?;
+            out.cancelled.push(id);
+        } else if attempts >= i64::from(max_attempts) {
+            let msg = super::used_up(&worker, crashed, attempts, max_attempts);
+            t.execute(
+                "UPDATE aria_jobs SET state = 'failed', finished_ms = $2, \
+                 lease_until_ms = NULL, error = $3 WHERE id = $1",
+                &[&id, &now, &msg],
+            )?;
+            out.failed.push(id);
+        } else {
+            t.execute(
+                "UPDATE aria_jobs SET state = 'queued', worker = NULL, \
+                 lease_until_ms = NULL, step = 0, progress = 0 WHERE id = $1",
+                &[&id],
+            )?;
+            out.requeued.push(id);
+        }
+    }
+    Ok(out)
 }
 
 /// The PostgreSQL job store.
@@ -231,6 +289,23 @@ impl PgJobStore {
             )));
         };
         self.with(|c| c.batch_execute(&sql))
+    }
+}
+
+impl Drop for PgJobStore {
+    fn drop(&mut self) {
+        let idle = match self.idle.get_mut() {
+            Ok(v) => std::mem::take(v),
+            Err(p) => std::mem::take(p.into_inner()),
+        };
+        // A `postgres::Client` closes on a runtime of its own, which cannot start on a thread
+        // that drives async tasks (a server dropping its store as it stops): close them on a
+        // thread of their own there.
+        if !idle.is_empty() && tokio::runtime::Handle::try_current().is_ok() {
+            let _ = std::thread::Builder::new()
+                .name("aria-serve-pg-close".into())
+                .spawn(move || drop(idle));
+        }
     }
 }
 
@@ -504,7 +579,6 @@ impl JobStore for PgJobStore {
     }
 
     fn requeue_expired(&self, max_attempts: u32) -> Result<Requeued> {
-        let max_attempts = i64::from(max_attempts);
         self.tx(|t| {
             let now = now(t)?;
             // Rows another worker is requeueing (or renewing) right now are skipped; a renewal
@@ -515,43 +589,93 @@ impl JobStore for PgJobStore {
                  FOR UPDATE SKIP LOCKED",
                 &[&now],
             )?;
-            let mut out = Requeued::default();
-            for r in &expired {
-                let id: String = r.get(0);
-                let attempts: i64 = r.get(1);
-                let cancel: bool = r.get(2);
-                let worker: Option<String> = r.get(3);
-                let worker = worker.unwrap_or_default();
-                if cancel {
-                    t.execute(
-                        "UPDATE aria_jobs SET state = 'cancelled', finished_ms = $2, \
-                         lease_until_ms = NULL, error = 'cancelled; its worker stopped' \
-                         WHERE id = $1",
-                        &[&id, &now],
-                    )?;
-                    out.cancelled.push(id);
-                } else if attempts >= max_attempts {
-                    let msg = format!(
-                        "its worker (`{worker}`) stopped renewing its lease; \
-                         {attempts} attempts used of max_attempts = {max_attempts}"
-                    );
-                    t.execute(
-                        "UPDATE aria_jobs SET state = 'failed', finished_ms = $2, \
-                         lease_until_ms = NULL, error = $3 WHERE id = $1",
-                        &[&id, &now, &msg],
-                    )?;
-                    out.failed.push(id);
-                } else {
-                    t.execute(
-                        "UPDATE aria_jobs SET state = 'queued', worker = NULL, \
-                         lease_until_ms = NULL, step = 0, progress = 0 WHERE id = $1",
-                        &[&id],
-                    )?;
-                    out.requeued.push(id);
-                }
-            }
-            Ok(out)
+            settle(t, &expired, max_attempts, now, false)
         })
+    }
+
+    fn release_crashed(&self, worker: &str, max_attempts: u32) -> Result<Requeued> {
+        self.tx(|t| {
+            let now = now(t)?;
+            let held = t.query(
+                "SELECT id, attempts, cancel_requested, worker FROM aria_jobs \
+                 WHERE state = 'running' AND worker = $1 ORDER BY seq FOR UPDATE",
+                &[&worker],
+            )?;
+            settle(t, &held, max_attempts, now, true)
+        })
+    }
+
+    fn register_worker(&self, worker: &str, instance: &str, lease: Duration) -> Result<bool> {
+        let lease = lease_ms(lease);
+        let out = self.tx(|t| {
+            // Serializes registrations of one id (the row may not exist yet to lock).
+            t.execute(
+                "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+                &[&WORKER_LOCK, &worker],
+            )?;
+            let now = now(t)?;
+            let row = t.query_opt(
+                "SELECT instance, alive_until_ms FROM aria_workers WHERE worker = $1 FOR UPDATE",
+                &[&worker],
+            )?;
+            let mut took_over = false;
+            if let Some(r) = &row {
+                let other: String = r.get(0);
+                let alive_until: i64 = r.get(1);
+                if other != instance && alive_until >= now {
+                    return Ok(Err(alive_until - now));
+                }
+                took_over = other != instance;
+            }
+            t.execute(
+                "INSERT INTO aria_workers (worker, instance, started_ms, alive_until_ms) \
+                 VALUES ($1, $2, $3, $3::BIGINT + $4::BIGINT) ON CONFLICT (worker) DO UPDATE SET \
+                 instance = EXCLUDED.instance, started_ms = EXCLUDED.started_ms, \
+                 alive_until_ms = EXCLUDED.alive_until_ms",
+                &[&worker, &instance, &now, &lease],
+            )?;
+            Ok(Ok(took_over))
+        })?;
+        out.map_err(|left_ms| super::in_use(worker, left_ms))
+    }
+
+    fn renew_worker(&self, worker: &str, instance: &str, lease: Duration) -> Result<bool> {
+        let lease = lease_ms(lease);
+        let n = self.tx(|t| {
+            t.execute(
+                &format!(
+                    "UPDATE aria_workers SET alive_until_ms = ({NOW_MS}) + $3 \
+                     WHERE worker = $1 AND instance = $2"
+                ),
+                &[&worker, &instance, &lease],
+            )
+        })?;
+        Ok(n == 1)
+    }
+
+    fn unregister_worker(&self, worker: &str, instance: &str) -> Result<()> {
+        self.tx(|t| {
+            t.execute(
+                "DELETE FROM aria_workers WHERE worker = $1 AND instance = $2",
+                &[&worker, &instance],
+            )
+            .map(|_| ())
+        })
+    }
+
+    fn expire_results(&self, older_than: Duration) -> Result<Vec<(String, String)>> {
+        let older = lease_ms(older_than);
+        let rows = self.tx(|t| {
+            let now = now(t)?;
+            t.query(
+                "WITH old AS (SELECT id, result FROM aria_jobs WHERE state = 'done' \
+                 AND result IS NOT NULL AND finished_ms < $1 FOR UPDATE SKIP LOCKED) \
+                 UPDATE aria_jobs j SET result = NULL, error = $2 FROM old \
+                 WHERE j.id = old.id RETURNING old.id, old.result",
+                &[&now.saturating_sub(older), &super::EXPIRED],
+            )
+        })?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
     fn release(&self, worker: &str) -> Result<usize> {

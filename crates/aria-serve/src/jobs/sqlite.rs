@@ -40,6 +40,12 @@ CREATE TABLE IF NOT EXISTS aria_jobs (
     cancel_requested INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS aria_jobs_state_seq ON aria_jobs(state, seq);
+CREATE TABLE IF NOT EXISTS aria_workers (
+    worker TEXT PRIMARY KEY,
+    instance TEXT NOT NULL,
+    started_ms INTEGER NOT NULL,
+    alive_until_ms INTEGER NOT NULL
+);
 ";
 
 const COLUMNS: &str = "id, seq, state, spec, batch_key, created_ms, started_ms, finished_ms, \
@@ -152,6 +158,50 @@ fn get(c: &Connection, id: &str) -> rusqlite::Result<Option<JobRecord>> {
         record,
     )
     .optional()
+}
+
+/// A running job to settle: id, attempts, cancel asked for, worker.
+type Held = (String, u32, i64, Option<String>);
+
+/// Settle running jobs whose worker is gone: cancelled if asked for, failed when their
+/// attempts are used up, else back to the queue (the attempt counted). `crashed`: their
+/// process was restarted (else their lease passed).
+fn settle(
+    c: &Connection,
+    held: Vec<Held>,
+    max_attempts: u32,
+    now: i64,
+    crashed: bool,
+) -> rusqlite::Result<Requeued> {
+    let mut out = Requeued::default();
+    for (id, attempts, cancel, worker) in held {
+        let worker = worker.unwrap_or_default();
+        if cancel != 0 {
+            c.execute(
+                "UPDATE aria_jobs SET state = 'cancelled', finished_ms = ?2, \
+                 lease_until_ms = NULL, error = 'cancelled; its worker stopped' \
+                 WHERE id = ?1",
+                params![id, now],
+            )?;
+            out.cancelled.push(id);
+        } else if attempts >= max_attempts {
+            let msg = super::used_up(&worker, crashed, i64::from(attempts), max_attempts);
+            c.execute(
+                "UPDATE aria_jobs SET state = 'failed', finished_ms = ?2, \
+                 lease_until_ms = NULL, error = ?3 WHERE id = ?1",
+                params![id, now, msg],
+            )?;
+            out.failed.push(id);
+        } else {
+            c.execute(
+                "UPDATE aria_jobs SET state = 'queued', worker = NULL, \
+                 lease_until_ms = NULL, step = 0, progress = 0 WHERE id = ?1",
+                [&id],
+            )?;
+            out.requeued.push(id);
+        }
+    }
+    Ok(out)
 }
 
 fn queued_ahead(c: &Connection, seq: i64) -> rusqlite::Result<usize> {
@@ -414,41 +464,95 @@ impl JobStore for SqliteStore {
                 "SELECT id, attempts, cancel_requested, worker FROM aria_jobs \
                  WHERE state = 'running' AND lease_until_ms < ?1 ORDER BY seq",
             )?;
-            let expired: Vec<(String, u32, i64, Option<String>)> = st
+            let expired: Vec<Held> = st
                 .query_map([now], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
                 .collect::<rusqlite::Result<_>>()?;
-            let mut out = Requeued::default();
-            for (id, attempts, cancel, worker) in expired {
-                let worker = worker.unwrap_or_default();
-                if cancel != 0 {
-                    c.execute(
-                        "UPDATE aria_jobs SET state = 'cancelled', finished_ms = ?2, \
-                         lease_until_ms = NULL, error = 'cancelled; its worker stopped' \
-                         WHERE id = ?1",
-                        params![id, now],
-                    )?;
-                    out.cancelled.push(id);
-                } else if attempts >= max_attempts {
-                    let msg = format!(
-                        "its worker (`{worker}`) stopped renewing its lease; \
-                         {attempts} attempts used of max_attempts = {max_attempts}"
-                    );
-                    c.execute(
-                        "UPDATE aria_jobs SET state = 'failed', finished_ms = ?2, \
-                         lease_until_ms = NULL, error = ?3 WHERE id = ?1",
-                        params![id, now, msg],
-                    )?;
-                    out.failed.push(id);
-                } else {
-                    c.execute(
-                        "UPDATE aria_jobs SET state = 'queued', worker = NULL, \
-                         lease_until_ms = NULL, step = 0, progress = 0 WHERE id = ?1",
-                        [&id],
-                    )?;
-                    out.requeued.push(id);
+            settle(c, expired, max_attempts, now, false)
+        })
+    }
+
+    fn release_crashed(&self, worker: &str, max_attempts: u32) -> Result<Requeued> {
+        let now = now_ms();
+        self.tx(|c| {
+            let mut st = c.prepare(
+                "SELECT id, attempts, cancel_requested, worker FROM aria_jobs \
+                 WHERE state = 'running' AND worker = ?1 ORDER BY seq",
+            )?;
+            let held: Vec<Held> = st
+                .query_map([worker], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            settle(c, held, max_attempts, now, true)
+        })
+    }
+
+    fn register_worker(&self, worker: &str, instance: &str, lease: Duration) -> Result<bool> {
+        let now = now_ms();
+        let until = now.saturating_add(lease_ms(lease));
+        let out = self.tx(|c| {
+            let row: Option<(String, i64)> = c
+                .query_row(
+                    "SELECT instance, alive_until_ms FROM aria_workers WHERE worker = ?1",
+                    [worker],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()?;
+            if let Some((other, alive_until)) = &row {
+                if other != instance && *alive_until >= now {
+                    return Ok(Err(*alive_until - now));
                 }
             }
-            Ok(out)
+            c.execute(
+                "INSERT INTO aria_workers (worker, instance, started_ms, alive_until_ms) \
+                 VALUES (?1, ?2, ?3, ?4) ON CONFLICT (worker) DO UPDATE SET \
+                 instance = excluded.instance, started_ms = excluded.started_ms, \
+                 alive_until_ms = excluded.alive_until_ms",
+                params![worker, instance, now, until],
+            )?;
+            Ok(Ok(row.is_some_and(|(other, _)| other != instance)))
+        })?;
+        out.map_err(|left_ms| super::in_use(worker, left_ms))
+    }
+
+    fn renew_worker(&self, worker: &str, instance: &str, lease: Duration) -> Result<bool> {
+        let until = now_ms().saturating_add(lease_ms(lease));
+        self.tx(|c| {
+            c.execute(
+                "UPDATE aria_workers SET alive_until_ms = ?3 WHERE worker = ?1 AND instance = ?2",
+                params![worker, instance, until],
+            )
+            .map(|n| n == 1)
+        })
+    }
+
+    fn unregister_worker(&self, worker: &str, instance: &str) -> Result<()> {
+        self.tx(|c| {
+            c.execute(
+                "DELETE FROM aria_workers WHERE worker = ?1 AND instance = ?2",
+                params![worker, instance],
+            )
+            .map(|_| ())
+        })
+    }
+
+    fn expire_results(&self, older_than: Duration) -> Result<Vec<(String, String)>> {
+        let cutoff = now_ms().saturating_sub(lease_ms(older_than));
+        self.tx(|c| {
+            let mut st = c.prepare(
+                "SELECT id, result FROM aria_jobs WHERE state = 'done' \
+                 AND result IS NOT NULL AND finished_ms < ?1 ORDER BY seq",
+            )?;
+            let rows: Vec<(String, String)> = st
+                .query_map([cutoff], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<_>>()?;
+            for (id, _) in &rows {
+                c.execute(
+                    "UPDATE aria_jobs SET result = NULL, error = ?2 WHERE id = ?1",
+                    params![id, super::EXPIRED],
+                )?;
+            }
+            Ok(rows)
         })
     }
 

@@ -137,11 +137,11 @@ fn packed_a_bit_identical_to_in_place() {
         .filter(|i| matches!(i, Isa::Avx2 | Isa::Avx512))
         .collect();
     if isas.is_empty() {
-        eprintln!("skipped: no AVX2");
+        aria_testing::skip_for_hardware("this CPU has no AVX2");
         return;
     }
     if !isas.contains(&Isa::Avx512) {
-        eprintln!("SKIPPED (AVX-512 part): this CPU has no AVX-512F");
+        aria_testing::skip_for_hardware("AVX-512 part: this CPU has no AVX-512F");
     }
     for isa in isas {
         for (m, n, k) in [
