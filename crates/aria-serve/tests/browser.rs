@@ -136,9 +136,14 @@ fn the_page_generates_plays_and_cancels_in_chromium() {
     // The request went as typed.
     let req = b
         .eval(&format!(
-            "fetch('/v1/jobs/{id}').then(r => r.json()).then(j => j.request)"
+            "fetch('/v1/jobs/{id}', {{ headers: {{ 'X-Aria-Client': '{key}' }} }}).then(r => r.json()).then(j => j.request)"
         ))
         .expect("the job's request");
+    // Another client (no key) does not see it.
+    let other = b
+        .eval(&format!("fetch('/v1/jobs/{id}').then(r => r.status)"))
+        .expect("a status");
+    assert_eq!(other, 404, "a job is visible to its submitter only");
     assert_eq!(req["seed"], 42);
     assert_eq!(req["steps"], 4);
     assert_eq!(req["negative_prompt"], "noise");
