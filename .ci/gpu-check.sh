@@ -10,7 +10,7 @@
 #    bench (default `--seconds 10 --reps 1`).
 #
 # Knobs: ARIA_WGPU_GEMM_TILE, ARIA_WGPU_ATTN_QUERIES, ARIA_WGPU_ATTN_KEYS, ARIA_WGPU_ELEMENTWISE,
-# ARIA_WGPU_MAX_BINDING_BYTES (see aria_core::wgpu::Knobs) apply to every step.
+# ARIA_WGPU_MAX_BINDING_BYTES (see aria_wgpu::Knobs) apply to every step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
@@ -23,7 +23,7 @@ if ! ldconfig -p 2>/dev/null | grep -q libvulkan.so.1; then
 fi
 
 echo "== adapter"
-out="$(CI=true cargo test --release -p aria-core --features wgpu --test wgpu_linear \
+out="$(CI=true cargo test --release -p aria-wgpu --test wgpu_linear \
     linear_matches_cpu -- --nocapture 2>&1)" || { echo "$out"; exit 1; }
 adapter="$(echo "$out" | grep -m1 '^wgpu adapter:' || true)"
 echo "${adapter:-no adapter line}"
@@ -35,7 +35,7 @@ if echo "$adapter" | grep -qi 'llvmpipe\|swiftshader\|software'; then
 fi
 
 echo "== op tests and fixture replays"
-CI=true cargo test --release -p aria-core --features wgpu \
+CI=true cargo test --release -p aria-wgpu \
     --test wgpu_linear --test wgpu_ops --test wgpu_pointwise -- --nocapture
 CI=true cargo test --release -p aria --features wgpu --test wgpu_parity -- --nocapture
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Build and test the aria-core and aria-quant CPU kernels for aarch64 (NEON) under qemu-user.
+# Build and test the aria-cpu, aria-core and aria-quant CPU kernels for aarch64 (NEON) under qemu-user.
 #
 # Installs, if missing, Debian's Rust toolchain with an arm64 standard library, the aarch64 cross
-# linker and qemu-user, links the toolchain into rustup as `debian-web`, then runs the aria-core
+# linker and qemu-user, links the toolchain into rustup as `debian-web`, then runs their
 # tests for aarch64-unknown-linux-gnu twice: with QEMU_CPU=cortex-a72 (plain NEON) and with qemu's
 # default CPU model. The cross linker and the qemu runner are set here (not in .cargo/config.toml,
 # where they would also apply to native builds on an ARM machine).
@@ -35,6 +35,6 @@ export RUSTFLAGS="${RUSTFLAGS:-} -D warnings"
 target_dir="${CARGO_TARGET_DIR:-target}"
 export CARGO_TARGET_DIR="$target_dir"
 echo "== aarch64 tests, QEMU_CPU=cortex-a72 (NEON only)"
-QEMU_CPU=cortex-a72 cargo +debian-web test --target aarch64-unknown-linux-gnu -p aria-core -p aria-quant "$@"
+QEMU_CPU=cortex-a72 cargo +debian-web test --target aarch64-unknown-linux-gnu -p aria-core -p aria-cpu -p aria-quant "$@"
 echo "== aarch64 tests, qemu default CPU"
-env -u QEMU_CPU cargo +debian-web test --target aarch64-unknown-linux-gnu -p aria-core -p aria-quant "$@"
+env -u QEMU_CPU cargo +debian-web test --target aarch64-unknown-linux-gnu -p aria-core -p aria-cpu -p aria-quant "$@"

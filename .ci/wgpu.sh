@@ -17,6 +17,6 @@ fi
 
 # The GL and surface paths are unused; keep the loader from probing a display.
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
-CI=true cargo test -p aria-core --features wgpu --test wgpu_linear --test wgpu_ops --test wgpu_pointwise --test wgpu_layout "$@" -- --nocapture
+CI=true cargo test -p aria-wgpu --test wgpu_linear --test wgpu_ops --test wgpu_pointwise --test wgpu_layout "$@" -- --nocapture
 # The fixture replays (DiT, sampler, SAME-S/L decoders, T5Gemma f32, e2e through the pipeline).
 CI=true cargo test -p aria --features wgpu --test wgpu_parity "$@" -- --nocapture

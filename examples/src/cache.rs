@@ -172,6 +172,8 @@ pub fn generate(args: &GenerateArgs, opts: &CacheOpts, cx: &Ctx) -> Result<()> {
         text_precision: args.text_precision.map(Into::into),
         chunked_decode: args.decode.chunked(),
         device: cx.device,
+        backend: cx.backend.clone(),
+        threads: cx.threads,
         precision: args.quant.precision(),
         w8a8: args.quant.w8a8,
         quantize_decoder: args.quant.quantize_decoder,

@@ -20,6 +20,7 @@ use aria::pipeline::{AudioChunk, AudioOutput, InitAudio, Inpaint, RunOptions};
 use aria::synth::{self, Preset};
 use aria::{DeviceKind, Error, GenerateRequest, LoadOptions, Pipeline, Result};
 use aria_codec::audio::read_audio;
+use aria_core::backend::registry::BackendOptions;
 use clap::Parser;
 use serde_json::{json, Value};
 
@@ -32,6 +33,32 @@ struct Ctx {
     ui: Ui,
     json: bool,
     device: DeviceKind,
+    /// The device backend's settings, read here, at the program's edge, from the environment
+    /// (see [`backend_options`]).
+    backend: BackendOptions,
+    /// `--threads`: carried by every pipeline this run loads ([`LoadOptions::threads`]) and
+    /// entered for the rest of the command's work (no process-wide setting).
+    threads: Option<usize>,
+}
+
+/// Settings of the `--device` backend from the environment: `ARIA_<BACKEND>_<NAME>=value`
+/// becomes setting `name` (e.g. `ARIA_WGPU_GEMM_TILE=8`), and `ARIA_<BACKEND>_CACHE` the
+/// kernel cache folder (`ARIA_CUDA_CACHE`). The libraries below read no environment variable.
+fn backend_options(device: DeviceKind) -> BackendOptions {
+    let prefix = format!("ARIA_{}_", device.name().to_uppercase());
+    let mut o = BackendOptions::default();
+    let mut vars: Vec<(String, String)> = std::env::vars()
+        .filter_map(|(k, v)| Some((k.strip_prefix(&prefix)?.to_lowercase(), v)))
+        .collect();
+    vars.sort();
+    for (k, v) in vars {
+        if k == "cache" {
+            o.cache_dir = Some(PathBuf::from(v));
+        } else {
+            o.settings.push((k, v));
+        }
+    }
+    o
 }
 
 /// The demo model folder (written on first use).
@@ -222,6 +249,8 @@ fn generate(args: &GenerateArgs, cx: &Ctx) -> Result<()> {
         text_precision: args.text_precision.map(Into::into),
         chunked_decode: args.decode.chunked(),
         device: cx.device,
+        backend: cx.backend.clone(),
+        threads: cx.threads,
         precision: args.quant.precision(),
         w8a8: args.quant.w8a8,
         quantize_decoder: args.quant.quantize_decoder,
@@ -384,6 +413,8 @@ fn encode(args: &EncodeArgs, cx: &Ctx) -> Result<()> {
     let (mut noise, _) = noise_source(&args.noise, &cx.ui)?;
     let opts = LoadOptions {
         device: cx.device,
+        backend: cx.backend.clone(),
+        threads: cx.threads,
         ..Default::default()
     };
     let pipe = load(&args.model.model, &opts, &cx.ui)?;
@@ -430,6 +461,8 @@ fn decode(args: &DecodeArgs, cx: &Ctx) -> Result<()> {
     let opts = LoadOptions {
         chunked_decode: args.decode.chunked(),
         device: cx.device,
+        backend: cx.backend.clone(),
+        threads: cx.threads,
         ..Default::default()
     };
     let pipe = load(&args.model.model, &opts, &cx.ui)?;
@@ -543,15 +576,17 @@ fn models(cx: &Ctx) -> Result<()> {
 }
 
 fn run(cli: &Cli, start: Instant) -> Result<()> {
-    if let Some(n) = cli.threads {
-        if n == 0 {
-            return Err(Error::Input("--threads must be at least 1".into()));
-        }
-        aria_core::threads::set_num_threads(n)?;
-    }
+    let pool = match cli.threads {
+        Some(0) => return Err(Error::Input("--threads must be at least 1".into())),
+        Some(n) => Some(aria_core::threads::Pool::new(n)?),
+        None => None,
+    };
     let device: DeviceKind = cli.device.into();
     device.check()?;
+    let backend = backend_options(device);
     let cx = Ctx {
+        backend,
+        threads: cli.threads,
         ui: Ui {
             quiet: cli.quiet,
             start,
@@ -559,7 +594,7 @@ fn run(cli: &Cli, start: Instant) -> Result<()> {
         json: cli.json,
         device,
     };
-    match &cli.cmd {
+    let dispatch = || match &cli.cmd {
         Cmd::Generate(a) => generate(a, &cx),
         Cmd::Demo(a) => demo(a, &cx),
         Cmd::Encode(a) => encode(a, &cx),
@@ -571,6 +606,10 @@ fn run(cli: &Cli, start: Instant) -> Result<()> {
         Cmd::Cache(a) => cache::run(a, &cx),
         Cmd::Stream(a) => stream::run(a, &cx),
         Cmd::Serve(a) => serve::run(a, &cx),
+    };
+    match pool {
+        Some(p) => p.enter(dispatch),
+        None => dispatch(),
     }
 }
 

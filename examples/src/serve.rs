@@ -112,6 +112,8 @@ pub fn run(a: &ServeArgs, cx: &Ctx) -> Result<()> {
         model,
         load: LoadOptions {
             device: cx.device,
+            backend: cx.backend.clone(),
+            threads: cx.threads,
             ..Default::default()
         },
         bind: a.bind,

@@ -232,6 +232,8 @@ fn load_pipe(model: &Option<String>, run: &RunArgs, cx: &Ctx) -> Result<Pipeline
     let opts = LoadOptions {
         text_precision: run.text_precision.map(Into::into),
         device: cx.device,
+        backend: cx.backend.clone(),
+        threads: cx.threads,
         ..Default::default()
     };
     crate::load(model, &opts, &cx.ui)

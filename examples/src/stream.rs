@@ -193,6 +193,8 @@ pub fn run(a: &StreamArgs, cx: &Ctx) -> Result<()> {
     schedule.sort_by(|x, y| x.0.total_cmp(&y.0));
     let opts = LoadOptions {
         device: cx.device,
+        backend: cx.backend.clone(),
+        threads: cx.threads,
         precision: a.quant.precision(),
         w8a8: a.quant.w8a8,
         quantize_decoder: a.quant.quantize_decoder,

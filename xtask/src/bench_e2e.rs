@@ -109,8 +109,13 @@ fn child(model: &Path, seconds: f64, steps: usize) -> Result<(), String> {
     // `ARIA_BENCH_DEVICE=wgpu` (with `--features wgpu`) runs the models on the wgpu backend.
     let device = match std::env::var("ARIA_BENCH_DEVICE").as_deref() {
         Ok("wgpu") => aria::pipeline::DeviceKind::Wgpu,
+        Ok("cuda") => aria::pipeline::DeviceKind::Cuda,
         Ok("cpu") | Err(_) => aria::pipeline::DeviceKind::Cpu,
-        Ok(other) => return Err(format!("ARIA_BENCH_DEVICE `{other}`: expected cpu or wgpu")),
+        Ok(other) => {
+            return Err(format!(
+                "ARIA_BENCH_DEVICE `{other}`: expected cpu, wgpu or cuda"
+            ))
+        }
     };
     let opts = LoadOptions {
         device,

@@ -101,6 +101,17 @@ pub enum CoreError {
         /// Context.
         reason: String,
     },
+    /// No backend of this name is registered in this program (see
+    /// [`backend::registry`](crate::backend::registry)).
+    #[error(
+        "no `{name}` backend in this program (available: {available}); it may need a cargo feature"
+    )]
+    NoBackend {
+        /// The name asked for.
+        name: String,
+        /// The registered names, comma-separated.
+        available: String,
+    },
     /// An op is not implemented by the backend the tensor lives on.
     #[error("{op} is not supported by the {backend} backend")]
     Unsupported {

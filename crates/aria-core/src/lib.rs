@@ -20,7 +20,8 @@
 pub mod alloc;
 pub mod backend;
 pub mod config;
-pub mod cpu;
+/// The CPU kernels (the `aria-cpu` crate), which the ops run on CPU tensors.
+pub use aria_cpu as cpu;
 mod dtype;
 mod error;
 pub mod hooks;
@@ -44,5 +45,3 @@ pub use tensor::{contiguous_strides, Tensor};
 pub use half::{bf16, f16};
 
 pub mod threads;
-#[cfg(feature = "wgpu")]
-pub mod wgpu;

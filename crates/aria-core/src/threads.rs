@@ -1,12 +1,14 @@
 //! Thread-count control for the CPU kernels (rayon underneath).
 //!
-//! Every op runs inside [`install`]: on the pool built by [`set_num_threads`], or on rayon's
-//! global pool (sized by `RAYON_NUM_THREADS` or the number of CPUs) when none was set. Kernels
+//! Every op runs inside [`install`]: on the pool of the innermost [`Pool::enter`] on the calling
+//! thread, else on the pool built by [`set_num_threads`], else on rayon's global pool (sized by
+//! `RAYON_NUM_THREADS` or the number of CPUs). Kernels
 //! split work only between independent outputs and never split a reduction, so results are
 //! bit-identical whatever the thread count.
 //!
-//! A [`Pool`] is the same thing as a value: a pipeline (or one call) can carry its own thread
-//! count without touching the process-wide setting.
+//! A [`Pool`] is the same thing as a value: a pipeline (or one call) carries its own thread
+//! count without touching the process-wide setting (`aria::LoadOptions::threads` does this);
+//! [`set_num_threads`] remains for programs that want one setting for everything.
 //!
 //! ```
 //! let pool = aria_core::threads::Pool::new(3)?;
@@ -21,11 +23,17 @@
 //! # Ok::<(), aria_core::CoreError>(())
 //! ```
 
+use std::cell::RefCell;
 use std::sync::{Arc, RwLock};
 
 use crate::{CoreError, Result};
 
 static POOL: RwLock<Option<Arc<rayon::ThreadPool>>> = RwLock::new(None);
+
+thread_local! {
+    /// The pool of the innermost [`Pool::enter`] on this thread (it wins over [`POOL`]).
+    static ENTERED: RefCell<Option<Arc<rayon::ThreadPool>>> = const { RefCell::new(None) };
+}
 
 /// Run CPU ops on `n` threads from now on (`0` = rayon's global pool, the default).
 ///
@@ -54,7 +62,9 @@ pub fn num_threads() -> usize {
 }
 
 fn current_pool() -> Option<Arc<rayon::ThreadPool>> {
-    POOL.read().unwrap_or_else(|e| e.into_inner()).clone()
+    ENTERED
+        .with(|e| e.borrow().clone())
+        .or_else(|| POOL.read().unwrap_or_else(|e| e.into_inner()).clone())
 }
 
 /// Run `f` on the configured pool (rayon's parallel iterators inside use that pool). Called from
@@ -129,6 +139,34 @@ impl Pool {
     pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         self.pool.install(f)
     }
+
+    /// Run `f` on the calling thread with every op it starts there on this pool (each op's
+    /// work is handed to the pool by [`install`]). Unlike [`Pool::install`], `f` need not be
+    /// `Send`: a pipeline wraps its calls, which borrow non-`Send` callbacks, in this. Nested
+    /// calls use the innermost pool; the previous one comes back when `f` returns or unwinds.
+    ///
+    /// ```
+    /// let pool = aria_core::threads::Pool::new(2)?;
+    /// let rc = std::rc::Rc::new(()); // not Send
+    /// let n = pool.enter(|| {
+    ///     let _keep = &rc;
+    ///     aria_core::threads::num_threads()
+    /// });
+    /// assert_eq!(n, 2);
+    /// # Ok::<(), aria_core::CoreError>(())
+    /// ```
+    pub fn enter<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct Restore(Option<Arc<rayon::ThreadPool>>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                let prev = self.0.take();
+                ENTERED.with(|e| *e.borrow_mut() = prev);
+            }
+        }
+        let prev = ENTERED.with(|e| e.borrow_mut().replace(self.pool.clone()));
+        let _restore = Restore(prev);
+        f()
+    }
 }
 
 #[cfg(test)]
@@ -142,5 +180,22 @@ mod tests {
         assert!(install(|| rayon::current_thread_index().is_some()));
         let pool = Pool::new(1).unwrap();
         assert!(pool.install(|| install(|| rayon::current_thread_index() == Some(0))));
+    }
+
+    #[test]
+    fn enter_wins_over_the_process_pool_and_is_restored() {
+        let outer = Pool::new(3).unwrap();
+        let inner = Pool::new(1).unwrap();
+        outer.enter(|| {
+            assert_eq!(num_threads(), 3);
+            assert_eq!(inner.enter(num_threads), 1);
+            assert_eq!(install(rayon::current_num_threads), 3);
+        });
+        // Restored even when the closure unwinds.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            inner.enter(|| panic!("boom"))
+        }));
+        assert!(r.is_err());
+        assert!(ENTERED.with(|e| e.borrow().is_none()));
     }
 }

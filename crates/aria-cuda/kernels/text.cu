@@ -32,3 +32,13 @@ extern "C" __global__ void fill_masked_rows_f32(const float* x, const float* mas
         y[i] = mask[r] == 0.0f ? (fill ? fill[i % d] : 0.0f) : x[i];
     }
 }
+
+// Rows `ids[i]` of `table [v, d]` → `y [n, d]`. Ids are checked on the host before the launch
+// (the CPU op's error); an id outside `0..v` that reached the device anyway writes NaN.
+extern "C" __global__ void embedding_f32(const long long* ids, const float* table, float* y,
+                                         u64 n, u64 v, u64 d) {
+    ARIA_FOR(i, n * d) {
+        long long id = ids[i / d];
+        y[i] = (id < 0 || (u64)id >= v) ? __int_as_float(0x7fc00000) : table[(u64)id * d + i % d];
+    }
+}

@@ -118,18 +118,36 @@ pub(crate) fn elem_size(d: DType) -> usize {
 }
 
 impl CudaBackend {
-    /// Open device `ordinal`, compile (or load from the PTX cache, see
-    /// [`PtxCache::from_env`]) every kernel for its architecture and create the cuBLAS
-    /// handle. Fails with [`CudaError::Unavailable`] on a machine without a driver, a device or
+    /// Open device `ordinal`, compile every kernel for its architecture with NVRTC (no cache
+    /// on disk; [`CudaBackend::with_cache`] takes one) and create the cuBLAS handle. Fails with [`CudaError::Unavailable`] on a machine without a driver, a device or
     /// NVRTC (unless the PTX cache has every kernel). Without libcublas the products run on a
     /// tiled fallback kernel ([`CudaBackend::has_cublas`] says which).
     pub fn new(ordinal: usize) -> std::result::Result<Self, CudaError> {
-        Self::open(ordinal, true)
+        Self::with_cache(ordinal, true, PtxCache::new(None))
+    }
+
+    /// [`CudaBackend::open`] with compiled kernels read from and written to `cache` (a
+    /// machine without NVRTC runs from a cache written elsewhere: `xtask cuda-check
+    /// --write-ptx`).
+    pub fn with_cache(
+        ordinal: usize,
+        cublas: bool,
+        cache: PtxCache,
+    ) -> std::result::Result<Self, CudaError> {
+        Self::open_inner(ordinal, cublas, cache)
     }
 
     /// [`CudaBackend::new`], with `cublas == false` running every product on the fallback
     /// kernel even where libcublas exists (to check one against the other).
     pub fn open(ordinal: usize, cublas: bool) -> std::result::Result<Self, CudaError> {
+        Self::open_inner(ordinal, cublas, PtxCache::new(None))
+    }
+
+    fn open_inner(
+        ordinal: usize,
+        cublas: bool,
+        cache: PtxCache,
+    ) -> std::result::Result<Self, CudaError> {
         let unavailable = |library, reason: &str| CudaError::Unavailable {
             library,
             reason: reason.into(),
@@ -151,7 +169,6 @@ impl CudaBackend {
         unsafe { ctx.disable_event_tracking() };
         // A created stream (not the legacy default one): graphs can be captured on it.
         let stream = ctx.new_stream().map_err(driver("create stream"))?;
-        let cache = PtxCache::from_env();
         let mut funcs = HashMap::new();
         for k in SOURCES {
             let ptx = cache.get(k, arch)?;

@@ -92,7 +92,11 @@ pub const SOURCES: &[KernelSource] = &[
     KernelSource {
         file: "text.cu",
         source: include_str!("../kernels/text.cu"),
-        entries: &["fourier_features_f32", "fill_masked_rows_f32"],
+        entries: &[
+            "fourier_features_f32",
+            "fill_masked_rows_f32",
+            "embedding_f32",
+        ],
     },
     KernelSource {
         file: "guidance.cu",
@@ -243,7 +247,8 @@ impl PtxCache {
         }
     }
 
-    /// A cache persisted under `ARIA_CUDA_CACHE` when that variable is set.
+    /// A cache persisted under `ARIA_CUDA_CACHE` when that variable is set: for programs and
+    /// tests to call at their edge (the backend itself reads no environment variable).
     pub fn from_env() -> Self {
         Self::new(std::env::var_os("ARIA_CUDA_CACHE").map(PathBuf::from))
     }

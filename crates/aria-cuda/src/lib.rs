@@ -49,5 +49,27 @@ mod ops;
 pub mod plan;
 
 pub use backend::{cuda_available, CudaBackend, CudaStorage};
+
+/// Register this backend as `cuda` in aria-core's
+/// [backend registry](aria_core::backend::registry): device 0, kernels cached under
+/// [`BackendOptions::cache_dir`](aria_core::backend::registry::BackendOptions::cache_dir) when
+/// given. Opening it fails with a clear error on a machine without a driver or a device.
+pub fn register() {
+    aria_core::backend::registry::register(
+        NAME,
+        "CUDA kernels compiled at run time (NVRTC) and cuBLAS, on NVIDIA GPUs from Ampere on",
+        |opts| {
+            if let Some((name, _)) = opts.settings.first() {
+                return Err(CudaError::Limit {
+                    op: "open",
+                    reason: format!("unknown setting `{name}` (the CUDA backend takes none)"),
+                }
+                .into());
+            }
+            let cache = kernels::PtxCache::new(opts.cache_dir.clone());
+            Ok(CudaBackend::with_cache(0, true, cache)?.device())
+        },
+    );
+}
 pub use graph::{check_capture, StepGraph, StepScalars};
 pub use ops::{attention_args, broadcast_shape, broadcast_strides};

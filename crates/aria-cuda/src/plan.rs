@@ -57,6 +57,7 @@ pub fn route(op: &Op) -> Route {
         Op::MergeHeads { .. } => Kernels(&["merge_heads_f32"]),
         Op::Axpby { .. } => Kernels(&["axpby_f32"]),
         Op::StdLast { .. } => Kernels(&["std_last_f32"]),
+        Op::Embedding { .. } => Kernels(&["embedding_f32"]),
         Op::FourierFeatures { .. } => Kernels(&["fourier_features_f32"]),
         Op::FillMaskedRows { .. } => Kernels(&["fill_masked_rows_f32"]),
         Op::ApgGuidance { .. } => Kernels(&["apg_guidance_f32"]),
@@ -189,13 +190,10 @@ mod tests {
 
     #[test]
     fn unsupported_ops_name_the_op_and_the_backend() {
-        let op = Op::Embedding {
-            ids: Tensor::zeros(&[2], DType::I64),
-            table: t(&[4, 2]),
-        };
+        let op = Op::TorchBf16Round { x: t(&[2]) };
         match check(&op) {
             Err(CoreError::Unsupported { op, backend }) => {
-                assert_eq!((op, backend.as_str()), ("embedding", "cuda"));
+                assert_eq!((op, backend.as_str()), ("torch_bf16_round", "cuda"));
             }
             other => panic!("expected Unsupported, got {other:?}"),
         }

@@ -42,14 +42,16 @@
 //!
 //! ## Cargo features
 //!
-//! * `wgpu`: builds the wgpu backend of `aria-core` ([`pipeline::DeviceKind::Wgpu`]).
+//! * `wgpu`: builds the wgpu backend (`aria-wgpu`, [`pipeline::DeviceKind::Wgpu`]).
 //! * `quant`: quantized DiT weights ([`quant`], [`LoadOptions::precision`]) through
 //!   `aria-quant`.
 //! * `cache`: the warm-start cache of `aria-cache` drives the pipeline through the `cache`
 //!   module (`aria_cache::Generator`).
-//! * `cuda`, `steer`: reserved for the CUDA backend and activation steering; they enable
-//!   nothing yet.
+//! * `cuda`: builds the CUDA backend (`aria-cuda`, [`pipeline::DeviceKind::Cuda`]); it needs no
+//!   CUDA toolkit to build (the driver and libraries are opened at run time).
+//! * `steer`: reserved for activation steering; it enables nothing yet.
 
+pub mod backends;
 #[cfg(feature = "cache")]
 pub mod cache;
 pub mod discover;

@@ -366,6 +366,15 @@ impl<'p> StreamGenerator<'p> {
     pub fn next_chunk_with(
         &mut self,
         noise: &mut dyn NoiseSource,
+        opts: RunOptions<'_>,
+    ) -> Result<StreamChunk> {
+        let pipe = self.pipe;
+        pipe.on_pool(|| self.next_chunk_here(noise, opts))
+    }
+
+    fn next_chunk_here(
+        &mut self,
+        noise: &mut dyn NoiseSource,
         mut opts: RunOptions<'_>,
     ) -> Result<StreamChunk> {
         let sr = self.pipe.sample_rate();

@@ -14,13 +14,13 @@ use aria::discover::{resolve_model, SearchPaths};
 use aria::pipeline::{DeviceKind, GenerateRequest, LoadOptions, Pipeline};
 use aria::ReplayNoise as PipelineNoise;
 use aria_codec::{Autoencoder, AutoencoderConfig, NoiseSource, ReplayNoise as CodecNoise};
-use aria_core::wgpu::WgpuBackend;
 use aria_core::{DType, Device, Tensor, WeightLoader};
 use aria_dit::config::ModelConfig;
 use aria_dit::dit::Dit;
 use aria_dit::t5gemma::{Precision, T5GemmaEncoder};
 use aria_testing::fixtures::{fixture, fixture_tensors, rel_err};
 use aria_testing::sampler::SamplerReplay;
+use aria_wgpu::WgpuBackend;
 
 const TOL: f32 = 1e-4;
 

@@ -51,6 +51,7 @@ use std::sync::Arc;
 use crate::{CoreError, Result, Tensor};
 
 mod op;
+pub mod registry;
 pub use op::{device_of, AttnSpec, BinaryOp, Op, UnaryOp};
 
 /// Where a tensor lives.

@@ -3,7 +3,7 @@
 use crate::cpu::bf16dot::{self, to_bf16, Bf16Panels};
 use crate::cpu::gemm::WData;
 use crate::ops::f32_data;
-use crate::{cpu, threads, CoreError, DType, Device, Result, Tensor};
+use crate::{cpu, threads, CoreError, Device, Result, Tensor};
 
 use super::PackedWeight;
 
@@ -51,7 +51,7 @@ impl Bf16DotWeight {
         }
         let views = data
             .iter()
-            .map(|t| WData::of("bf16-dot pack", t))
+            .map(|t| crate::ops::wdata("bf16-dot pack", t))
             .collect::<Result<Vec<_>>>()?;
         // Row `i` of the stack: part and row within it.
         let starts: Vec<usize> = shapes
@@ -84,7 +84,7 @@ impl Bf16DotWeight {
                             *o = v;
                         }
                     }
-                    WData::Raw(DType::BF16, b) => {
+                    WData::Raw(crate::cpu::gemm::Float::Bf16, b) => {
                         let r = &b[i * k * 2..(i + 1) * k * 2];
                         let whole = r.chunks_exact(4);
                         let last = match *whole.remainder() {
@@ -235,6 +235,7 @@ impl Bf16DotWeight {
 mod tests {
     use super::*;
     use crate::ops;
+    use crate::DType;
 
     fn t(n: usize, shape: &[usize], seed: usize) -> Tensor {
         let v: Vec<f32> = (0..n)

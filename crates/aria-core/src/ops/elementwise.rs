@@ -2,7 +2,6 @@ use rayon::prelude::*;
 
 use super::{f32_data, route};
 use crate::backend::{BinaryOp, Op, UnaryOp};
-use crate::cpu::gemm::WData;
 use crate::cpu::{self, rows};
 use crate::{threads, CoreError, DType, Result, Tensor};
 
@@ -395,7 +394,7 @@ pub fn embedding(ids: &Tensor, table: &Tensor) -> Result<Tensor> {
         )));
     }
     let table = table.contiguous()?;
-    let td = WData::of("embedding", &table)?;
+    let td = crate::ops::wdata("embedding", &table)?;
     let mut out = vec![0f32; idv.len() * d];
     if d > 0 {
         threads::install(|| {

@@ -3,7 +3,7 @@ use rayon::prelude::*;
 use super::route;
 use super::{f32_data, require_float};
 use crate::backend::Op;
-use crate::cpu::gemm::{gemm, gemm_vec, BSrc, PackedB, WData};
+use crate::cpu::gemm::{gemm, gemm_vec, BSrc, PackedB};
 use crate::{cpu, threads, CoreError, Result, Tensor};
 
 /// Check the shapes of a [`linear`] call (`x [.., K]`, `w [N, K]`, `b [N]`) and return
@@ -52,7 +52,7 @@ pub(crate) fn pack_weight(w: &Tensor) -> Result<Option<PackedB>> {
     }
     let (n, k) = (ws[0], ws[1]);
     let wc = w.contiguous()?;
-    let wd = WData::of("linear", &wc)?;
+    let wd = crate::ops::wdata("linear", &wc)?;
     let isa = cpu::current();
     Ok(Some(threads::install(|| {
         PackedB::new(isa, &BSrc::Nk(wd, k), n, k)
@@ -91,7 +91,7 @@ pub(crate) fn linear_with(
         }),
         None => {
             let wc = w.contiguous()?;
-            let wd = WData::of("linear", &wc)?;
+            let wd = crate::ops::wdata("linear", &wc)?;
             threads::install(|| {
                 let src = BSrc::Nk(wd, k);
                 gemm_vec(isa, (m, n, k), &xd, k, &src, None, bd.as_deref())

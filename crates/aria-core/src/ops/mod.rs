@@ -81,6 +81,25 @@ pub(crate) fn f32_data(t: &Tensor) -> Result<std::borrow::Cow<'_, [f32]>> {
     }
 }
 
+/// The elements of a contiguous CPU float tensor for the product kernels (typed when the
+/// storage is aligned for its type).
+pub(crate) fn wdata<'a>(op: &'static str, t: &'a Tensor) -> Result<crate::cpu::gemm::WData<'a>> {
+    use crate::cpu::gemm::{Float, WData};
+    let ty = match t.dtype() {
+        DType::F32 => Float::F32,
+        DType::F16 => Float::F16,
+        DType::BF16 => Float::Bf16,
+        d => {
+            return Err(CoreError::DType {
+                op,
+                dtype: d,
+                reason: "a float tensor is required".into(),
+            })
+        }
+    };
+    Ok(WData::from_bytes(ty, t.as_bytes()?))
+}
+
 pub(crate) fn require_float(op: &'static str, t: &Tensor) -> Result<()> {
     if t.dtype().is_float() {
         Ok(())

@@ -433,6 +433,7 @@ pub(crate) fn run(be: &CudaBackend, op: &Op) -> Result<Tensor> {
             }
             Ok(out)
         }
+        Op::Embedding { ids, table } => embedding(be, ids, table),
         Op::FillMaskedRows { x, mask, fill } => {
             let s = x.shape();
             let d = s.last().copied().unwrap_or(0);
@@ -586,4 +587,69 @@ pub(crate) fn run(be: &CudaBackend, op: &Op) -> Result<Tensor> {
         }
         _ => Err(plan::unsupported(op)),
     }
+}
+
+/// `embedding` (see `kernels/text.cu`): ids still on the host are checked there, exactly as the
+/// CPU op checks them, and uploaded as i64; device ids must already be i64.
+fn embedding(be: &CudaBackend, ids: &Tensor, table: &Tensor) -> Result<Tensor> {
+    let ts = table.shape();
+    if ts.len() != 2 {
+        return Err(CoreError::shape(
+            "embedding",
+            "table must be [V, D]",
+            &[ids.shape(), ts],
+        ));
+    }
+    if !table.dtype().is_float() {
+        return Err(CoreError::DType {
+            op: "embedding",
+            dtype: table.dtype(),
+            reason: "the table must be f32, f16 or bf16".into(),
+        });
+    }
+    let (vocab, d) = (ts[0], ts[1]);
+    let idc = if ids.device().is_cpu() {
+        let idv: Vec<i64> = match ids.dtype() {
+            DType::I64 => ids.contiguous()?.to_vec::<i64>()?,
+            _ => ids.to_vec_f32()?.iter().map(|&x| x as i64).collect(),
+        };
+        if let Some(&id) = idv.iter().find(|&&id| id < 0 || id as usize >= vocab) {
+            return Err(CoreError::Invalid(format!(
+                "embedding: id {id} outside a vocabulary of {vocab}"
+            )));
+        }
+        be.upload(&Tensor::from_vec(idv, &[ids.elem_count()])?)?
+    } else if ids.dtype() == DType::I64 {
+        if ids.is_contiguous() {
+            ids.clone()
+        } else {
+            be.copy_contiguous(ids)?
+        }
+    } else {
+        return Err(CoreError::DType {
+            op: "embedding",
+            dtype: ids.dtype(),
+            reason: "ids on the CUDA device must be i64".into(),
+        });
+    };
+    let tc = be.f32c(table)?;
+    let mut shape = ids.shape().to_vec();
+    shape.push(d);
+    let n = ids.elem_count();
+    let out = be.alloc(&shape, DType::F32, false)?;
+    if n * d > 0 {
+        be.launch(
+            "embedding_f32",
+            launch::elementwise(n * d),
+            &[
+                KArg::P(be.ptr(&idc)?),
+                KArg::P(be.ptr(&tc)?),
+                KArg::P(be.ptr(&out)?),
+                KArg::U(n as u64),
+                KArg::U(vocab as u64),
+                KArg::U(d as u64),
+            ],
+        )?;
+    }
+    Ok(out)
 }

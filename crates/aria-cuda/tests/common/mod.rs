@@ -21,7 +21,7 @@ pub fn backend(test: &str) -> Option<CudaBackend> {
         );
         return None;
     }
-    match CudaBackend::new(0) {
+    match CudaBackend::with_cache(0, true, aria_cuda::kernels::PtxCache::from_env()) {
         Ok(b) => Some(b),
         Err(e) => panic!("{test}: a CUDA device is present but the backend failed: {e}"),
     }

@@ -279,7 +279,7 @@ impl Pipeline {
             .div_ceil(u64::from(clip.sample_rate.max(1)));
         let n = (n as usize).div_ceil(ratio).max(1) * ratio;
         let x = aria_codec::audio::prepare_audio(clip, self.sample_rate(), Some(n), 2)?;
-        self.encode_prepared(&x, noise)
+        self.on_pool(|| self.encode_prepared(&x, noise))
     }
 
     /// Decode latents `[1, C, T]` to audio `[channels, samples]` (official path: chunked as
@@ -309,6 +309,6 @@ impl Pipeline {
             ratio: self.ae.samples_per_latent(),
             out_len: self.decoded_samples(t),
         };
-        self.decode_into(latents, noise, &finish, sink, None, &mut |_, _| {})
+        self.on_pool(|| self.decode_into(latents, noise, &finish, sink, None, &mut |_, _| {}))
     }
 }

@@ -104,31 +104,24 @@ impl DeviceKind {
         }
     }
 
-    /// Whether this build of the library includes the backend.
+    /// Whether this build of the program includes the backend (it is in aria-core's
+    /// [backend registry](aria_core::backend::registry); see [`crate::backends`]).
     pub fn is_built_in(self) -> bool {
-        match self {
-            DeviceKind::Cpu => true,
-            DeviceKind::Wgpu => cfg!(feature = "wgpu"),
-            DeviceKind::Cuda => cfg!(feature = "cuda"),
-        }
+        crate::backends::register_builtin();
+        aria_core::backend::registry::is_registered(self.name())
     }
 
-    /// `Ok` when generation can run on this device in this build; otherwise an
-    /// [`Error::Unavailable`] that says what to do.
+    /// `Ok` when this build can open the device; otherwise an [`Error::Unavailable`] that
+    /// says what to do. (Whether the machine has one is known when it is opened.)
     pub fn check(self) -> Result<()> {
-        match self {
-            DeviceKind::Cpu => Ok(()),
-            d if !d.is_built_in() => Err(Error::Unavailable(format!(
-                "the {0} backend is not built into this aria; rebuild with `--features {0}` \
-                 (or use --device cpu)",
-                d.name()
-            ))),
-            DeviceKind::Wgpu => Ok(()),
-            d => Err(Error::Unavailable(format!(
-                "the {} backend is built in, but the models do not run on it yet; use --device cpu",
-                d.name()
-            ))),
+        if self.is_built_in() {
+            return Ok(());
         }
+        Err(Error::Unavailable(format!(
+            "the {0} backend is not built into this aria; rebuild with `--features {0}` \
+             (or use --device cpu)",
+            self.name()
+        )))
     }
 }
 
@@ -149,6 +142,14 @@ pub struct LoadOptions {
     pub text_precision: Option<Precision>,
     /// Where the models run (see [`DeviceKind::check`]).
     pub device: DeviceKind,
+    /// CPU threads this pipeline's work runs on (`None`: the process-wide setting,
+    /// [`aria_core::threads::set_num_threads`], else one per CPU). Each pipeline carries its
+    /// own pool, so two pipelines in one process can use different counts; results are
+    /// bit-identical whatever the count.
+    pub threads: Option<usize>,
+    /// Settings for the device's backend (kernel cache folder, tuning values), filled by the
+    /// program from its flags or environment; the library reads no environment variable.
+    pub backend: aria_core::backend::registry::BackendOptions,
     /// Precision of the DiT's linear weights (`None`: as stored; a pre-quantized folder loads
     /// at its own precision). Packed precisions need the `quant` feature; see [`crate::quant`].
     pub precision: Option<crate::quant::WeightPrecision>,
@@ -192,6 +193,8 @@ pub struct Pipeline {
     loras: Loras,
     quant: crate::quant::PackReport,
     keep_resident: bool,
+    /// The CPU threads of [`LoadOptions::threads`] (`None`: the process-wide pool).
+    pool: Option<aria_core::threads::Pool>,
     /// Where the models run (their weights were put there once, at load).
     device: aria_core::Device,
 }
@@ -204,14 +207,14 @@ impl std::fmt::Debug for Pipeline {
     }
 }
 
-/// The backend of `kind` (`None`: the CPU).
-fn open_device(kind: DeviceKind) -> Result<Option<aria_core::Device>> {
-    match kind {
-        DeviceKind::Cpu => Ok(None),
-        #[cfg(feature = "wgpu")]
-        DeviceKind::Wgpu => Ok(Some(aria_core::wgpu::WgpuBackend::new()?.device())),
-        d => d.check().map(|()| None),
-    }
+/// The backend of `kind` from the registry (`None`: the CPU).
+fn open_device(
+    kind: DeviceKind,
+    opts: &aria_core::backend::registry::BackendOptions,
+) -> Result<Option<aria_core::Device>> {
+    kind.check()?;
+    let device = aria_core::backend::registry::open(kind.name(), opts)?;
+    Ok((!device.is_cpu()).then_some(device))
 }
 
 fn lora_err(path: PathBuf) -> impl Fn(aria_dit::DitError) -> Error {
@@ -225,6 +228,39 @@ impl Pipeline {
     /// Load a model folder (see [`crate::discover`]): configuration, text encoder, DiT and
     /// autoencoder. Weights stay memory-mapped where their dtype allows.
     pub fn load(files: &ModelFiles, opts: &LoadOptions) -> Result<Pipeline> {
+        let pool = match opts.threads {
+            Some(0) => {
+                return Err(Error::Input(
+                    "LoadOptions::threads must be at least 1".into(),
+                ))
+            }
+            Some(n) => Some(aria_core::threads::Pool::new(n)?),
+            None => None,
+        };
+        match &pool {
+            Some(p) => p.enter(|| Self::load_on(files, opts, pool.clone())),
+            None => Self::load_on(files, opts, None),
+        }
+    }
+
+    /// Run `f` on this pipeline's threads ([`LoadOptions::threads`]).
+    pub(crate) fn on_pool<R>(&self, f: impl FnOnce() -> R) -> R {
+        match &self.pool {
+            Some(p) => p.enter(f),
+            None => f(),
+        }
+    }
+
+    /// The number of CPU threads this pipeline's work runs on.
+    pub fn threads(&self) -> usize {
+        self.on_pool(aria_core::threads::num_threads)
+    }
+
+    fn load_on(
+        files: &ModelFiles,
+        opts: &LoadOptions,
+        pool: Option<aria_core::threads::Pool>,
+    ) -> Result<Pipeline> {
         opts.device.check()?;
         let config = ModelConfig::from_file(&files.config)?;
         if config.model_type != "diffusion_cond" {
@@ -291,6 +327,7 @@ impl Pipeline {
             loras: Loras::default(),
             quant,
             keep_resident: opts.keep_resident,
+            pool,
             device: aria_core::Device::Cpu,
         };
         for (path, strength) in &opts.loras {
@@ -299,15 +336,19 @@ impl Pipeline {
         p.apply_loras().map_err(lora_err(
             opts.loras.last().map(|l| l.0.clone()).unwrap_or_default(),
         ))?;
-        p.place_on(opts.device)?;
+        p.place_on(opts.device, &opts.backend)?;
         Ok(p)
     }
 
     /// Open `kind`'s backend and put the DiT, the autoencoder and (when it computes in f32)
     /// the text encoder there, once. The text encoder's bf16 replay stays on the CPU: it
     /// reproduces the CPU arithmetic of the reference, and its conditioning is uploaded.
-    fn place_on(&mut self, kind: DeviceKind) -> Result<()> {
-        let Some(device) = open_device(kind)? else {
+    fn place_on(
+        &mut self,
+        kind: DeviceKind,
+        backend: &aria_core::backend::registry::BackendOptions,
+    ) -> Result<()> {
+        let Some(device) = open_device(kind, backend)? else {
             return Ok(());
         };
         self.dit.to_device(&device)?;

@@ -366,6 +366,15 @@ impl Pipeline {
         noise: &mut dyn NoiseSource,
         opts: RunOptions<'_>,
     ) -> Result<BatchGenerated> {
+        self.on_pool(|| self.run_batch_here(reqs, noise, opts))
+    }
+
+    fn run_batch_here(
+        &self,
+        reqs: &[GenerateRequest],
+        noise: &mut dyn NoiseSource,
+        opts: RunOptions<'_>,
+    ) -> Result<BatchGenerated> {
         let t_start = Instant::now();
         self.validate_batch(reqs)?;
         let RunOptions {

@@ -189,8 +189,8 @@ fn linear_with<T: Tile>(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result
     let (m, k, n) = linear_dims(x, w, bias)?;
     let (x, w) = (x.contiguous()?, w.contiguous()?);
     let (xd, wd) = (
-        WData::of("torch_bf16::linear", &x)?,
-        WData::of("torch_bf16::linear", &w)?,
+        crate::ops::wdata("torch_bf16::linear", &x)?,
+        crate::ops::wdata("torch_bf16::linear", &w)?,
     );
     let bv = bias.map(f32_data).transpose()?;
     let main = k & !(BLOCK - 1);
