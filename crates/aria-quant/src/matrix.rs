@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use aria_core::nn::PackedWeight;
+use aria_core::nn::{PackedBlocks, PackedWeight, WeightFormat};
 use aria_core::{threads, DType, Tensor};
 use half::{bf16, f16};
 use rayon::prelude::*;
@@ -463,5 +463,21 @@ impl PackedWeight for PackedMatrix {
 
     fn release_pages(&self) -> aria_core::Result<usize> {
         self.data.release_pages()
+    }
+
+    /// The blocks in the op vocabulary's format, for a backend to pack at upload.
+    fn blocks(&self) -> Option<PackedBlocks> {
+        let format = match self.format {
+            Format::Q8_0 => WeightFormat::Q8_0,
+            Format::Q4K => WeightFormat::Q4K,
+            Format::Q6K => WeightFormat::Q6K,
+        };
+        Some(PackedBlocks {
+            format,
+            w8a8: self.compute == Compute::W8A8,
+            rows: self.rows,
+            cols: self.cols,
+            data: self.data.clone(),
+        })
     }
 }

@@ -8,6 +8,14 @@ use aria_core::Result;
 pub(crate) fn run(be: &WgpuBackend, op: &Op) -> Result<Tensor> {
     match op {
         Op::Linear { x, w, b } => be.linear(x, w, b.as_ref()),
+        Op::LinearPacked {
+            x,
+            w,
+            format,
+            w8a8,
+            shape,
+            b,
+        } => be.linear_packed(x, w, *format, *w8a8, *shape, b.as_ref()),
         Op::Matmul { a, b } => be.matmul(a, b),
         Op::Conv1d { x, w, b, padding } => be.conv1d(x, w, b.as_ref(), *padding),
         Op::Attention {

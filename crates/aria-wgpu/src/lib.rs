@@ -54,6 +54,7 @@ mod device;
 mod dispatch;
 mod launch;
 mod linear;
+mod linear_q8;
 pub(crate) mod pointwise;
 
 pub use buffer::WgpuStorage;
@@ -185,5 +186,16 @@ impl Backend for WgpuBackend {
 
     fn run(&self, op: Op) -> Result<Tensor> {
         dispatch::run(self, &op)
+    }
+
+    fn packed_formats(&self) -> Vec<(aria_core::nn::WeightFormat, bool)> {
+        self.packed_formats_impl()
+    }
+
+    fn upload_packed(&self, w: &aria_core::nn::PackedBlocks) -> Result<Tensor> {
+        self.ctx
+            .uploads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.upload_packed_impl(w)
     }
 }

@@ -41,6 +41,7 @@
 //! | `StdLast` | `std_last` | [`ops::std_last`](crate::ops::std_last) | SAME bottleneck noise without `running_std` |
 //! | `FourierFeatures` | `fourier_features` | [`ops::fourier_features`](crate::ops::fourier_features) | number conditioners, DiT timestep |
 //! | `FillMaskedRows` | `fill_masked_rows` | [`ops::fill_masked_rows`](crate::ops::fill_masked_rows) | prompt padding, unconditional context |
+//! | `LinearPacked` | `linear_packed` | [`ops::linear_packed`](crate::ops::linear_packed), [`nn::Linear`](crate::nn::Linear) over a [`nn::DevicePacked`](crate::nn::DevicePacked) weight (`q8_0` weight-only and W8A8, ...) | `--precision q8` on a device |
 //! | `TorchBf16Linear`, `TorchBf16Attention`, `TorchBf16RmsNorm`, `TorchBf16Rope`, `TorchBf16GeluTanh`, `TorchBf16Round`, `TorchBf16Binary` | `torch_bf16_linear`, `torch_bf16_attention`, `torch_bf16_rms_norm`, `torch_bf16_rope`, `torch_bf16_gelu_tanh`, `torch_bf16_round`, `torch_bf16_binary` | [`ops::torch_bf16`](crate::ops::torch_bf16) (PyTorch's AVX2 bf16 arithmetic, bit for bit) | T5Gemma in its bf16 replay |
 //!
 //! Views (`narrow`, `transpose`, `permute`, `unsqueeze`, `squeeze`, `reshape` of contiguous
@@ -99,6 +100,21 @@ impl Tensor {
     }
 }
 
+/// `q8_0, q8_0+w8a8` (or `none`), for messages.
+pub fn format_list(f: &[(crate::nn::WeightFormat, bool)]) -> String {
+    if f.is_empty() {
+        return "none".into();
+    }
+    let mut v = Vec::new();
+    for (fmt, w8a8) in f {
+        v.push(fmt.name().to_string());
+        if *w8a8 {
+            v.push(format!("{}+w8a8", fmt.name()));
+        }
+    }
+    v.join(", ")
+}
+
 /// A compute backend for device-resident tensors.
 ///
 /// [`Backend::run`] receives every op whose operands live on this backend (CPU operands may be
@@ -117,6 +133,27 @@ pub trait Backend: Send + Sync {
     /// Run one op of the set. The default supports none.
     fn run(&self, op: Op) -> Result<Tensor> {
         Err(self.unsupported(&op))
+    }
+
+    /// The packed weight formats [`Backend::upload_packed`] accepts, each with whether W8A8
+    /// (int8 activations) runs on it too: the backend's row of the op × weight-format table.
+    /// The default: none (a packed layer cannot move to this backend).
+    fn packed_formats(&self) -> Vec<(crate::nn::WeightFormat, bool)> {
+        Vec::new()
+    }
+
+    /// Pack a weight's blocks into this backend's own layout, on the device; the tensor comes
+    /// back in [`Op::LinearPacked`]. The default refuses, naming the format.
+    fn upload_packed(&self, w: &crate::nn::PackedBlocks) -> Result<Tensor> {
+        Err(CoreError::Backend {
+            backend: self.name().to_string(),
+            reason: format!(
+                "no kernel for packed {}{} weights (formats here: {})",
+                w.format,
+                if w.w8a8 { " (W8A8)" } else { "" },
+                format_list(&self.packed_formats())
+            ),
+        })
     }
 
     /// The error for an op this backend does not implement.

@@ -128,7 +128,7 @@ macro_rules! no_operands {
     )*};
 }
 no_operands!(f32, usize, bool, DType, UnaryOp, BinaryOp, GluAct, RmsStyle);
-no_operands!(ops::FourierLayout);
+no_operands!(ops::FourierLayout, crate::nn::WeightFormat, [usize; 2]);
 
 macro_rules! op_set {
     ($(
@@ -175,6 +175,9 @@ macro_rules! op_set {
 op_set! {
     /// `y = x·Wᵀ + b` ([`ops::linear`]).
     Linear "linear" { x: Tensor, w: Tensor, b: Option<Tensor> },
+    /// `y = x·Wᵀ + b` with `W [rows, cols]` packed in `format`, optionally with int8 activations
+    /// ([`ops::linear_packed`]); `w` holds the blocks (CPU) or the backend's layout (device).
+    LinearPacked "linear_packed" { x: Tensor, w: Tensor, format: crate::nn::WeightFormat, w8a8: bool, shape: [usize; 2], b: Option<Tensor> },
     /// Batched `[.., M, K]·[.., K, N]` ([`ops::matmul`]).
     Matmul "matmul" { a: Tensor, b: Tensor },
     /// 1-D convolution, stride 1 ([`ops::conv1d`]).
@@ -260,6 +263,14 @@ impl Op {
     pub fn run_cpu(&self) -> Result<Tensor> {
         match self {
             Op::Linear { x, w, b } => ops::linear(x, w, b.as_ref()),
+            Op::LinearPacked {
+                x,
+                w,
+                format,
+                w8a8,
+                shape,
+                b,
+            } => ops::linear_packed(x, w, *format, *w8a8, *shape, b.as_ref()),
             Op::Matmul { a, b } => ops::matmul(a, b),
             Op::Conv1d { x, w, b, padding } => ops::conv1d(x, w, b.as_ref(), *padding),
             Op::Attention {

@@ -272,16 +272,19 @@ impl Linear {
         Ok(())
     }
 
-    /// Move the weight and bias to `device` (dense weights only; adapters are re-applied there).
+    /// Move the weight and bias to `device`. A packed weight is uploaded in the layout the
+    /// backend packs for its format ([`Device::put_packed`]); a backend without a kernel for the
+    /// format is an error naming the layer, the format and the formats it has.
     pub fn to_device(&mut self, device: &Device) -> Result<()> {
         self.panels.set(None);
-        if let Weight::Dense(w) = &self.weight {
-            self.weight = Weight::Dense(device.put(w)?);
-        } else if !device.is_cpu() {
-            return Err(shape_err(
-                &self.name,
-                "a packed weight cannot move to a device backend".into(),
-            ));
+        match &self.weight {
+            Weight::Dense(w) => self.weight = Weight::Dense(device.put(w)?),
+            Weight::Packed(p) => {
+                let moved = device.put_packed(p).map_err(|e| {
+                    shape_err(&self.name, format!("packed weight {}: {e}", p.format()))
+                })?;
+                self.weight = Weight::Packed(moved);
+            }
         }
         if let Some(b) = &self.bias {
             self.bias = Some(device.put(b)?);
@@ -341,8 +344,10 @@ impl Linear {
         let mut y = p.linear(x, self.bias.as_ref())?;
         for (a, s) in &self.adapters {
             if let Some(lr) = a.low_rank() {
-                let h = ops::linear(x, &lr.a, None)?;
-                let d = ops::linear(&h, &lr.b, None)?;
+                // The low-rank factors are small: they go where the activations are.
+                let dev = x.device();
+                let h = ops::linear(x, &dev.put(&lr.a)?, None)?;
+                let d = ops::linear(&h, &dev.put(&lr.b)?, None)?;
                 y = ops::add(&y, &ops::mul_scalar(&d, lr.scale * s)?)?;
             }
         }

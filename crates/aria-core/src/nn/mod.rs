@@ -39,4 +39,6 @@ mod weight;
 pub use bf16dot::Bf16DotWeight;
 pub use conv::Conv1d;
 pub use linear::{Bias, Linear};
-pub use weight::{Adapter, LowRank, PackedSource, PackedWeight, Weight};
+pub use weight::{
+    Adapter, DevicePacked, LowRank, PackedBlocks, PackedSource, PackedWeight, Weight, WeightFormat,
+};

@@ -3,7 +3,72 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::{Result, Tensor};
+use crate::{Device, Result, Tensor};
+
+/// A packed weight format of the op vocabulary: what [`Op::LinearPacked`](crate::backend::Op)
+/// carries, and what a backend lists in [`Backend::packed_formats`](crate::Backend). The block
+/// layouts (the ggml ones) and their reference quantize/dequantize live in `aria-quant`; a
+/// backend receives the blocks in that layout ([`PackedBlocks`]) and packs its own at upload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WeightFormat {
+    /// Blocks of 32 int8 weights with one f16 scale (34 bytes).
+    Q8_0,
+    /// 4-bit k-quant super-blocks of 256 (144 bytes).
+    Q4K,
+    /// 6-bit k-quant super-blocks of 256 (210 bytes).
+    Q6K,
+}
+
+impl WeightFormat {
+    /// The format's name (`q8_0`, `q4_k`, `q6_k`).
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightFormat::Q8_0 => "q8_0",
+            WeightFormat::Q4K => "q4_k",
+            WeightFormat::Q6K => "q6_k",
+        }
+    }
+
+    /// Weights per block.
+    pub fn block_elems(self) -> usize {
+        match self {
+            WeightFormat::Q8_0 => 32,
+            WeightFormat::Q4K | WeightFormat::Q6K => 256,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            WeightFormat::Q8_0 => 34,
+            WeightFormat::Q4K => 144,
+            WeightFormat::Q6K => 210,
+        }
+    }
+}
+
+impl fmt::Display for WeightFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A packed weight's blocks in the format's reference layout, as handed to a backend's
+/// [`upload_packed`](crate::Backend::upload_packed).
+#[derive(Debug, Clone)]
+pub struct PackedBlocks {
+    /// The format.
+    pub format: WeightFormat,
+    /// Whether products quantize the activations per token to int8 (W8A8, `q8_0` only).
+    pub w8a8: bool,
+    /// `out`.
+    pub rows: usize,
+    /// `in` (a multiple of the format's block).
+    pub cols: usize,
+    /// `U8 [rows, cols / block_elems · block_bytes]` on the CPU (owned or memory-mapped).
+    pub data: Tensor,
+}
 
 /// A quantized weight matrix `[out, in]` in some packed format, implemented outside
 /// `aria-core` (by `aria-quant`). A [`Linear`](super::Linear) holding one calls
@@ -25,6 +90,100 @@ pub trait PackedWeight: Send + Sync + fmt::Debug {
     /// (0, the default, for data held in owned memory).
     fn release_pages(&self) -> Result<usize> {
         Ok(0)
+    }
+    /// The blocks in a format of the op vocabulary, for a backend to upload (`None`, the
+    /// default: a CPU-only layout that cannot move, such as the bf16 panels).
+    fn blocks(&self) -> Option<PackedBlocks> {
+        None
+    }
+    /// Where the packed data lives (the CPU unless it was uploaded).
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+    /// For a weight uploaded to a backend, the CPU weight it was uploaded from.
+    fn host(&self) -> Option<Arc<dyn PackedWeight>> {
+        None
+    }
+}
+
+/// A packed weight uploaded to a backend ([`Device::put_packed`]): the backend's own layout in
+/// a device tensor, run by [`ops::linear_packed`](crate::ops::linear_packed). It keeps the CPU
+/// weight it came from (memory-mapped or owned; its pages can be released), so the layer can
+/// move back to the CPU.
+#[derive(Debug, Clone)]
+pub struct DevicePacked {
+    format: WeightFormat,
+    w8a8: bool,
+    rows: usize,
+    cols: usize,
+    data: Tensor,
+    host: Arc<dyn PackedWeight>,
+}
+
+impl Device {
+    /// Upload a packed weight to this device's backend, in the layout the backend packs at
+    /// upload. A weight already there is returned as is; on the CPU, the CPU weight.
+    pub fn put_packed(&self, w: &Arc<dyn PackedWeight>) -> Result<Arc<dyn PackedWeight>> {
+        let host = w.host().unwrap_or_else(|| w.clone());
+        let Device::Backend(be) = self else {
+            return Ok(host);
+        };
+        if let Device::Backend(cur) = w.device() {
+            if cur.name() == be.name() {
+                return Ok(w.clone());
+            }
+        }
+        let blocks = host.blocks().ok_or_else(|| crate::CoreError::Backend {
+            backend: be.name().to_string(),
+            reason: format!(
+                "a packed weight in format `{}` has no portable block form and cannot move to a \
+                 device backend",
+                host.format()
+            ),
+        })?;
+        let data = be.upload_packed(&blocks)?;
+        Ok(Arc::new(DevicePacked {
+            format: blocks.format,
+            w8a8: blocks.w8a8,
+            rows: blocks.rows,
+            cols: blocks.cols,
+            data,
+            host,
+        }))
+    }
+}
+
+impl PackedWeight for DevicePacked {
+    fn format(&self) -> &str {
+        self.host.format()
+    }
+    fn shape(&self) -> [usize; 2] {
+        [self.rows, self.cols]
+    }
+    fn nbytes(&self) -> usize {
+        self.host.nbytes()
+    }
+    fn linear(&self, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        crate::ops::linear_packed(
+            x,
+            &self.data,
+            self.format,
+            self.w8a8,
+            [self.rows, self.cols],
+            bias,
+        )
+    }
+    fn dequantize(&self) -> Result<Tensor> {
+        self.host.dequantize()
+    }
+    fn release_pages(&self) -> Result<usize> {
+        self.host.release_pages()
+    }
+    fn device(&self) -> Device {
+        self.data.device()
+    }
+    fn host(&self) -> Option<Arc<dyn PackedWeight>> {
+        Some(self.host.clone())
     }
 }
 

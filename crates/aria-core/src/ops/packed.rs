@@ -1,0 +1,166 @@
+//! [`linear_packed`]: the product with a packed weight, as an op of the set (so a backend that
+//! packs the format at upload runs it), with its check step and the `q8_0` CPU reference.
+
+use super::{f32_data, route};
+use crate::backend::Op;
+use crate::nn::WeightFormat;
+use crate::{CoreError, DType, Result, Tensor};
+
+/// Check a [`linear_packed`] call before any backend sees it: `x [.., cols]`, a weight
+/// `[rows, cols]` (each row a whole number of the format's blocks, the last one zero-padded),
+/// W8A8 only on `q8_0`, `b [rows]`. Returns the output shape `[.., rows]`.
+pub fn linear_packed_shape(
+    x: &Tensor,
+    format: WeightFormat,
+    w8a8: bool,
+    [rows, cols]: [usize; 2],
+    b: Option<&Tensor>,
+) -> Result<Vec<usize>> {
+    const OP: &str = "linear_packed";
+    let xs = x.shape();
+    if xs.last() != Some(&cols) {
+        return Err(CoreError::shape(
+            OP,
+            "x's last dimension must equal the weight's input width",
+            &[xs, &[rows, cols]],
+        ));
+    }
+    if x.dtype() != DType::F32 {
+        return Err(CoreError::DType {
+            op: OP,
+            dtype: x.dtype(),
+            reason: "activations must be f32".into(),
+        });
+    }
+    if w8a8 && format != WeightFormat::Q8_0 {
+        return Err(CoreError::Invalid(format!(
+            "{OP}: W8A8 needs q8_0 weights, not {format}"
+        )));
+    }
+    if let Some(b) = b {
+        if b.shape() != [rows] {
+            return Err(CoreError::shape(
+                OP,
+                "bias must be [rows]",
+                &[xs, &[rows, cols], b.shape()],
+            ));
+        }
+    }
+    let mut out = xs.to_vec();
+    if let Some(l) = out.last_mut() {
+        *l = rows;
+    }
+    Ok(out)
+}
+
+/// `y = x·Wᵀ + b` for `x [.., cols]` f32 and a weight `[rows, cols]` packed in `format` (`w`:
+/// the blocks, `U8 [rows, row_bytes]`, on the CPU; or the layout a backend packed at
+/// [`upload_packed`](crate::Backend::upload_packed), on that backend). With `w8a8` the
+/// activations are quantized per token to int8 (`s = max|x|/127`, ties to even, ±127) and each
+/// block's products summed exactly in integers.
+///
+/// On a device the backend runs it. On the CPU this is the reference (`q8_0` only): each
+/// output is `Σ_blocks d·(Σ x·q)` (W8A8: `s·Σ_blocks d·Σ q_x·q`) in block order, plus the
+/// bias. Layers on the CPU run their packed weights through the format's own fast kernels
+/// (`aria-quant`), which agree with this within rounding.
+pub fn linear_packed(
+    x: &Tensor,
+    w: &Tensor,
+    format: WeightFormat,
+    w8a8: bool,
+    shape: [usize; 2],
+    b: Option<&Tensor>,
+) -> Result<Tensor> {
+    let out_shape = linear_packed_shape(x, format, w8a8, shape, b)?;
+    route!(
+        "linear_packed",
+        [x, w, b],
+        Op::LinearPacked {
+            x: x.clone(),
+            w: w.clone(),
+            format,
+            w8a8,
+            shape,
+            b: b.cloned()
+        }
+    );
+    let [rows, cols] = shape;
+    if format != WeightFormat::Q8_0 {
+        return Err(CoreError::Unsupported {
+            op: "linear_packed",
+            backend: format!("cpu reference ({format}: run it through the format's kernels)"),
+        });
+    }
+    let row_bytes = cols.div_ceil(32) * 34;
+    if w.dtype() != DType::U8 || w.shape() != [rows, row_bytes] {
+        return Err(CoreError::shape(
+            "linear_packed",
+            "q8_0 blocks must be U8 [rows, ⌈cols / 32⌉ · 34]",
+            &[w.shape(), &[rows, row_bytes]],
+        ));
+    }
+    let wc = w.contiguous()?;
+    let wb = wc.to_vec::<u8>()?;
+    let xd = f32_data(x)?;
+    let m = xd.len().checked_div(cols).unwrap_or(0);
+    let bd = b.map(f32_data).transpose()?;
+    let nb = cols.div_ceil(32);
+    let mut out = vec![0f32; m * rows];
+    let mut qx = vec![0i8; nb * 32];
+    for r in 0..m {
+        let xr = &xd[r * cols..(r + 1) * cols];
+        let s = if w8a8 {
+            quantize_row(xr, &mut qx[..cols])
+        } else {
+            1.0
+        };
+        for j in 0..rows {
+            let wr = &wb[j * row_bytes..(j + 1) * row_bytes];
+            let mut acc = 0f32;
+            for bi in 0..nb {
+                let blk = &wr[bi * 34..(bi + 1) * 34];
+                let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+                let q = &blk[2..34];
+                if w8a8 {
+                    let qa = &qx[bi * 32..(bi + 1) * 32];
+                    let isum: i32 = qa
+                        .iter()
+                        .zip(q)
+                        .map(|(a, w)| *a as i32 * (*w as i8) as i32)
+                        .sum();
+                    acc += d * isum as f32;
+                } else {
+                    // The padding of the last block is not read.
+                    let xa = &xr[bi * 32..((bi + 1) * 32).min(cols)];
+                    let dot: f32 = xa.iter().zip(q).map(|(a, w)| a * (*w as i8) as f32).sum();
+                    acc += d * dot;
+                }
+            }
+            let mut y = if w8a8 { acc * s } else { acc };
+            if let Some(bd) = &bd {
+                y += bd[j];
+            }
+            out[r * rows + j] = y;
+        }
+    }
+    Tensor::from_vec(out, &out_shape)
+}
+
+/// Quantize one activation row per token (the W8A8 rule); returns the scale (NaN for a row
+/// with a non-finite value, 0 for a zero row).
+fn quantize_row(x: &[f32], q: &mut [i8]) -> f32 {
+    let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
+    if !x.iter().all(|v| v.is_finite()) {
+        q.fill(0);
+        return f32::NAN;
+    }
+    if amax == 0.0 {
+        q.fill(0);
+        return 0.0;
+    }
+    let inv = 127.0 / amax;
+    for (o, v) in q.iter_mut().zip(x) {
+        *o = ((v * inv).round_ties_even() as i32).clamp(-127, 127) as i8;
+    }
+    amax / 127.0
+}
