@@ -433,10 +433,12 @@ impl Tensor {
             return self.contiguous();
         }
         if let Device::Backend(b) = self.device() {
-            return b.run(Op::ToDtype {
+            let op = Op::ToDtype {
                 x: self.clone(),
                 dtype,
-            });
+            };
+            let spec = op.check()?;
+            return crate::backend::run_checked(&*b, op, &spec);
         }
         let v = self.to_vec_f32()?;
         match dtype {
@@ -469,7 +471,9 @@ impl Tensor {
             return Ok(self.clone());
         }
         if let Device::Backend(b) = self.device() {
-            return b.run(Op::Contiguous { x: self.clone() });
+            let op = Op::Contiguous { x: self.clone() };
+            let spec = op.check()?;
+            return crate::backend::run_checked(&*b, op, &spec);
         }
         match self.dtype {
             DType::F32 => Tensor::from_vec(self.to_vec::<f32>()?, &self.shape),
@@ -596,34 +600,16 @@ impl Tensor {
 
     /// Concatenate tensors of one dtype along `dim` (all other dimensions equal).
     pub fn cat(tensors: &[&Tensor], dim: usize) -> Result<Tensor> {
-        let first = tensors
-            .first()
-            .ok_or_else(|| CoreError::Invalid("cat: no tensors".into()))?;
-        let shapes: Vec<&[usize]> = tensors.iter().map(|t| t.shape()).collect();
-        if dim >= first.rank() {
-            return Err(CoreError::shape("cat", format!("dim {dim}"), &shapes));
-        }
-        for t in tensors {
-            let ok = t.rank() == first.rank()
-                && t.dtype == first.dtype
-                && t.shape
-                    .iter()
-                    .zip(&first.shape)
-                    .enumerate()
-                    .all(|(i, (a, b))| i == dim || a == b);
-            if !ok {
-                return Err(CoreError::shape("cat", "shapes or dtypes differ", &shapes));
-            }
-        }
+        let spec = crate::backend::check::cat_spec(tensors, dim)?;
         let operands: Vec<Option<&Tensor>> = tensors.iter().map(|t| Some(*t)).collect();
         if let Some(b) = crate::backend::device_of("cat", &operands)? {
-            return b.run(Op::Cat {
+            let op = Op::Cat {
                 xs: tensors.iter().map(|t| (*t).clone()).collect(),
                 dim,
-            });
+            };
+            return crate::backend::run_checked(&*b, op, &spec);
         }
-        let mut shape = first.shape.clone();
-        shape[dim] = tensors.iter().map(|t| t.shape[dim]).sum();
+        let shape = spec.shape;
         let outer: usize = shape[..dim].iter().product();
         fn go<T: Elem>(
             ts: &[&Tensor],
@@ -642,7 +628,7 @@ impl Tensor {
             }
             Tensor::from_vec(out, shape)
         }
-        match first.dtype {
+        match spec.dtype {
             DType::F32 => go::<f32>(tensors, dim, outer, &shape),
             DType::F16 => go::<f16>(tensors, dim, outer, &shape),
             DType::BF16 => go::<bf16>(tensors, dim, outer, &shape),

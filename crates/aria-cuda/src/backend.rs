@@ -560,6 +560,9 @@ impl Backend for CudaBackend {
     }
 
     fn run(&self, op: Op) -> Result<Tensor> {
+        // The op set's check step (the `ops` functions run it before handing an op over; this
+        // covers direct callers): the kernels may rely on its shape and dtype rules.
+        op.check()?;
         plan::check(&op)?;
         crate::ops::run(self, &op)
     }

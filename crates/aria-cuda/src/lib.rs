@@ -72,4 +72,4 @@ pub fn register() {
     );
 }
 pub use graph::{check_capture, StepGraph, StepScalars};
-pub use ops::{attention_args, broadcast_shape, broadcast_strides};
+pub use ops::{attention_args, broadcast_strides};

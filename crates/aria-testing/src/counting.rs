@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use aria_core::backend::{Backend, Op};
+use aria_core::nn::{PackedBlocks, WeightFormat};
 use aria_core::storage::{DeviceStorage, Storage};
 use aria_core::{Device, Result, Tensor};
 
@@ -144,6 +145,25 @@ impl Backend for CountingBackend {
             Some(h) => h.contiguous(),
             None => Ok(t.clone()),
         }
+    }
+
+    /// `q8_0`, weight-only and W8A8: the blocks are kept as they are and run by the op set's CPU
+    /// reference (`ops::linear_packed`).
+    fn packed_formats(&self) -> Vec<(WeightFormat, bool)> {
+        vec![(WeightFormat::Q8_0, true)]
+    }
+
+    fn upload_packed(&self, w: &PackedBlocks) -> Result<Tensor> {
+        if w.format != WeightFormat::Q8_0 {
+            return Err(aria_core::CoreError::Backend {
+                backend: NAME.into(),
+                reason: format!(
+                    "no kernel for packed {} weights (formats here: q8_0, q8_0+w8a8)",
+                    w.format
+                ),
+            });
+        }
+        self.upload(&w.data)
     }
 
     fn run(&self, mut op: Op) -> Result<Tensor> {

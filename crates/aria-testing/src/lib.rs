@@ -9,6 +9,8 @@
 //!   behind [`aria_core::Device`], counting every upload, download and op. It proves that a
 //!   model runs entirely on a device backend — no op falls back to a silent host round trip —
 //!   which is what lets the wgpu and CUDA backends grow op by op;
+//! - [`harness`]: the op harness, every op of the set × format × shapes on a backend against
+//!   the CPU reference, with tolerances from one table;
 //! - `sampler` (the `dit` feature): the fixture models' recorded 8-step ping-pong sample,
 //!   replayed on any device;
 //! - [`tempdir`]: scratch folders ([`TempDir`], [`SharedTempDir`]) removed when their guard
@@ -32,6 +34,7 @@
 
 pub mod counting;
 pub mod fixtures;
+pub mod harness;
 #[cfg(feature = "dit")]
 pub mod sampler;
 pub mod skip;

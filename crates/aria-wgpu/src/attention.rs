@@ -40,40 +40,21 @@ impl WgpuBackend {
         opts: &AttnSpec,
     ) -> Result<Tensor> {
         const OP: &str = "attention";
-        let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
-        if qs.len() != 4 || ks.len() != 4 || vs.len() != 4 {
-            return Err(CoreError::shape(
-                OP,
-                "q, k, v must be 4-D [B, H, N, D]",
-                &[qs, ks, vs],
-            ));
-        }
-        let (b, h, nq, d) = (qs[0], qs[1], qs[2], qs[3]);
-        let (nk, dv) = (ks[2], vs[3]);
-        if ks[0] != b || ks[1] != h || ks[3] != d || vs[0] != b || vs[1] != h || vs[2] != nk {
-            return Err(CoreError::shape(OP, "q, k, v disagree", &[qs, ks, vs]));
-        }
-        if let Some((q2, k2)) = diff {
-            if q2.shape() != qs || k2.shape() != ks {
-                return Err(CoreError::shape(
-                    "attention_diff",
-                    "q2 must match q and k2 must match k",
-                    &[qs, q2.shape(), ks, k2.shape()],
-                ));
-            }
-        }
-        if let Some(m) = &opts.key_mask {
-            if m.shape() != [b, nk] {
-                return Err(CoreError::shape(
-                    OP,
-                    "key_mask must be [B, Nk]",
-                    &[qs, ks, m.shape()],
-                ));
-            }
-        }
-        if opts.window.is_some() && nq != nk {
-            return Err(CoreError::shape(OP, "a window needs Nq == Nk", &[qs, ks]));
-        }
+        let aria_core::backend::check::AttnDims {
+            b,
+            h,
+            nq,
+            nk,
+            d,
+            dv,
+        } = aria_core::backend::check::attention_dims(
+            q,
+            k,
+            v,
+            diff,
+            opts.key_mask.as_ref(),
+            opts.window,
+        )?;
         if d > MAX_HEAD_DIM || dv > MAX_HEAD_DIM {
             return Err(be_err(format!(
                 "attention: head dimensions {d}/{dv} exceed the kernel's {MAX_HEAD_DIM}"

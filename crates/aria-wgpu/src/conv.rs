@@ -3,7 +3,7 @@
 use super::launch::{shader, Bind, Shader, Uniforms};
 use super::linear::{u32_of, weight_code};
 use super::WgpuBackend;
-use aria_core::{CoreError, DType, Result, Tensor};
+use aria_core::{DType, Result, Tensor};
 
 const CONV1D: Shader = shader!("conv1d.wgsl", "weights.wgsl");
 
@@ -16,33 +16,14 @@ impl WgpuBackend {
         padding: usize,
     ) -> Result<Tensor> {
         const OP: &str = "conv1d";
-        let (xs, ws) = (x.shape(), w.shape());
-        if xs.len() != 3 || ws.len() != 3 || ws[1] != xs[1] {
-            return Err(CoreError::shape(
-                OP,
-                "need x [B, Cin, L] and w [Cout, Cin, K]",
-                &[xs, ws],
-            ));
-        }
-        let (bn, cin, l) = (xs[0], xs[1], xs[2]);
-        let (cout, k) = (ws[0], ws[2]);
-        if let Some(b) = b {
-            if b.shape() != [cout] {
-                return Err(CoreError::shape(
-                    OP,
-                    "bias must be [Cout]",
-                    &[xs, ws, b.shape()],
-                ));
-            }
-        }
-        if l + 2 * padding < k || k == 0 {
-            return Err(CoreError::shape(
-                OP,
-                "input shorter than the kernel",
-                &[xs, ws],
-            ));
-        }
-        let lo = l + 2 * padding - k + 1;
+        let aria_core::backend::check::ConvDims {
+            b: bn,
+            cin,
+            l,
+            cout,
+            k,
+            lo,
+        } = aria_core::backend::check::conv1d_dims(x, w, b, padding)?;
         let wdt = weight_code(OP, w)?;
         let xt = self.operand_as_f32(x)?;
         let wt = self.operand(w)?;

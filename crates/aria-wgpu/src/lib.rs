@@ -185,6 +185,9 @@ impl Backend for WgpuBackend {
     }
 
     fn run(&self, op: Op) -> Result<Tensor> {
+        // The op set's check step (the `ops` functions run it before handing an op over; this
+        // covers direct callers): the kernels below may rely on its shape and dtype rules.
+        op.check()?;
         dispatch::run(self, &op)
     }
 

@@ -113,22 +113,11 @@ impl WgpuBackend {
 
     pub(crate) fn matmul(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         const OP: &str = "matmul";
-        let (as_, bs) = (a.shape(), b.shape());
-        if as_.len() < 2 || bs.len() != as_.len() || as_[..as_.len() - 2] != bs[..bs.len() - 2] {
-            return Err(CoreError::shape(
-                OP,
-                "need [.., M, K] and [.., K, N]",
-                &[as_, bs],
-            ));
+        let (batch, m, k, n) = aria_core::backend::check::matmul_dims(a, b)?;
+        let mut shape = a.shape().to_vec();
+        if let Some(l) = shape.last_mut() {
+            *l = n;
         }
-        let r = as_.len();
-        let (m, k, n) = (as_[r - 2], as_[r - 1], bs[r - 1]);
-        if bs[r - 2] != k {
-            return Err(CoreError::shape(OP, "inner dimensions differ", &[as_, bs]));
-        }
-        let batch: usize = as_[..r - 2].iter().product();
-        let mut shape = as_.to_vec();
-        shape[r - 1] = n;
         let at = self.operand_as_f32(a)?;
         let bt = self.operand_as_f32(b)?;
         let out = self.alloc(&shape, DType::F32)?;

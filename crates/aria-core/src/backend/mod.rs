@@ -51,8 +51,10 @@ use std::sync::Arc;
 
 use crate::{CoreError, Result, Tensor};
 
+pub mod check;
 mod op;
 pub mod registry;
+pub use check::{dispatch, run_checked, OutSpec};
 pub use op::{device_of, AttnSpec, BinaryOp, Op, UnaryOp};
 
 /// Where a tensor lives.

@@ -85,13 +85,6 @@ pub fn attention_diff(
     v: &Tensor,
     opts: &AttnOpts<'_>,
 ) -> Result<Tensor> {
-    if q2.shape() != q.shape() || k2.shape() != k.shape() {
-        return Err(CoreError::shape(
-            "attention_diff",
-            "q2 must match q and k2 must match k",
-            &[q.shape(), q2.shape(), k.shape(), k2.shape()],
-        ));
-    }
     route!(
         "attention",
         [q, k, q2, k2, v, opts.key_mask],
@@ -123,7 +116,7 @@ pub fn attention_amx(q: &Tensor, k: &Tensor, v: &Tensor, opts: &AttnOpts<'_>) ->
             });
         }
     }
-    let (dims, mask) = check(q, k, v, opts)?;
+    let (dims, mask) = dims_and_mask(q, k, v, opts)?;
     #[cfg(target_arch = "x86_64")]
     if cpu::bf16dot::amx_available() && cpu::bf16dot::native() {
         return attention_amx_heads(q, k, v, opts, dims, mask);
@@ -249,50 +242,25 @@ struct Dims {
     dv: usize,
 }
 
-/// Check the shapes of `q`, `k`, `v` and the options; the sizes and the key mask as flags.
-fn check(
+/// The sizes (the check step's rules) and the key mask as flags.
+fn dims_and_mask(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     opts: &AttnOpts<'_>,
 ) -> Result<(Dims, Option<Vec<bool>>)> {
-    let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
-    if qs.len() != 4 || ks.len() != 4 || vs.len() != 4 {
-        return Err(CoreError::shape(
-            "attention",
-            "q, k, v must be 4-D [B, H, N, D]",
-            &[qs, ks, vs],
-        ));
-    }
-    let (b, h, nq, d) = (qs[0], qs[1], qs[2], qs[3]);
-    let (nk, dv) = (ks[2], vs[3]);
-    if ks[0] != b || ks[1] != h || ks[3] != d || vs[0] != b || vs[1] != h || vs[2] != nk {
-        return Err(CoreError::shape(
-            "attention",
-            "q, k, v disagree",
-            &[qs, ks, vs],
-        ));
-    }
-    let mask: Option<Vec<bool>> = match opts.key_mask {
-        Some(m) => {
-            if m.shape() != [b, nk] {
-                return Err(CoreError::shape(
-                    "attention",
-                    "key_mask must be [B, Nk]",
-                    &[qs, ks, m.shape()],
-                ));
-            }
-            Some(m.to_vec_f32()?.iter().map(|&x| x != 0.0).collect())
-        }
+    let crate::backend::check::AttnDims {
+        b,
+        h,
+        nq,
+        nk,
+        d,
+        dv,
+    } = crate::backend::check::attention_dims(q, k, v, None, opts.key_mask, opts.window)?;
+    let mask = match opts.key_mask {
+        Some(m) => Some(m.to_vec_f32()?.iter().map(|&x| x != 0.0).collect()),
         None => None,
     };
-    if opts.window.is_some() && nq != nk {
-        return Err(CoreError::shape(
-            "attention",
-            "a window needs Nq == Nk",
-            &[qs, ks],
-        ));
-    }
     Ok((
         Dims {
             b,
@@ -323,7 +291,7 @@ fn attention_impl(
             dv,
         },
         mask,
-    ) = check(q, k, v, opts)?;
+    ) = dims_and_mask(q, k, v, opts)?;
     let isa = cpu::current();
     let qc = q.contiguous()?;
     let kc = k.contiguous()?;

@@ -24,33 +24,14 @@ pub fn conv1d(x: &Tensor, w: &Tensor, b: Option<&Tensor>, padding: usize) -> Res
             padding
         }
     );
-    let (xs, ws) = (x.shape(), w.shape());
-    if xs.len() != 3 || ws.len() != 3 || ws[1] != xs[1] {
-        return Err(CoreError::shape(
-            "conv1d",
-            "need x [B, Cin, L] and w [Cout, Cin, K]",
-            &[xs, ws],
-        ));
-    }
-    let (bn, cin, l) = (xs[0], xs[1], xs[2]);
-    let (cout, k) = (ws[0], ws[2]);
-    if let Some(b) = b {
-        if b.shape() != [cout] {
-            return Err(CoreError::shape(
-                "conv1d",
-                "bias must be [Cout]",
-                &[xs, ws, b.shape()],
-            ));
-        }
-    }
-    if l + 2 * padding < k || k == 0 {
-        return Err(CoreError::shape(
-            "conv1d",
-            "input shorter than the kernel",
-            &[xs, ws],
-        ));
-    }
-    let lo = l + 2 * padding - k + 1;
+    let crate::backend::check::ConvDims {
+        b: bn,
+        cin,
+        l,
+        cout,
+        k,
+        lo,
+    } = crate::backend::check::conv1d_dims(x, w, b, padding)?;
     let xd = f32_data(x)?;
     let wd = f32_data(w)?;
     let bd = b.map(f32_data).transpose()?;

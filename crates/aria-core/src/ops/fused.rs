@@ -26,47 +26,12 @@ use crate::backend::Op;
 use crate::cpu::{self, rows};
 use crate::{threads, CoreError, Result, Tensor};
 
-fn dims3(op: &'static str, what: &str, t: &Tensor) -> Result<[usize; 3]> {
-    match t.shape() {
-        &[a, b, c] => Ok([a, b, c]),
-        s => Err(CoreError::shape(op, format!("{what} must be 3-D"), &[s])),
-    }
-}
+use crate::backend::check::dims3;
 
-/// A per-row validity mask `[B, N]` (any dtype, non-zero = valid) as booleans.
-fn mask_rows(
-    op: &'static str,
-    m: Option<&Tensor>,
-    b: usize,
-    n: usize,
-) -> Result<Option<Vec<bool>>> {
+/// A per-row validity mask `[B, N]` (checked) as booleans.
+fn mask_rows(m: Option<&Tensor>) -> Result<Option<Vec<bool>>> {
     let Some(m) = m else { return Ok(None) };
-    if m.shape() != [b, n] {
-        return Err(CoreError::shape(
-            op,
-            format!("row mask must be [{b}, {n}]"),
-            &[m.shape()],
-        ));
-    }
     Ok(Some(f32_data(m)?.iter().map(|&v| v != 0.0).collect()))
-}
-
-/// Check a per-batch vector `[B, E]` (any strides) and return its elements.
-fn per_batch<'a>(
-    op: &'static str,
-    what: &str,
-    t: &'a Tensor,
-    b: usize,
-    e: usize,
-) -> Result<std::borrow::Cow<'a, [f32]>> {
-    if t.shape() != [b, e] {
-        return Err(CoreError::shape(
-            op,
-            format!("{what} must be [{b}, {e}]"),
-            &[t.shape()],
-        ));
-    }
-    f32_data(t)
 }
 
 /// RMSNorm over the last dimension of `x [B, N, E]` with gain `gamma [E]`, followed when given by
@@ -92,22 +57,10 @@ pub fn rms_norm_modulate(
     );
     const OP: &str = "rms_norm_modulate";
     let [b, n, e] = dims3(OP, "x", x)?;
-    if gamma.elem_count() != e {
-        return Err(CoreError::shape(
-            OP,
-            "gamma must match the last dim",
-            &[x.shape(), gamma.shape()],
-        ));
-    }
     let xd = f32_data(x)?;
     let g = f32_data(gamma)?;
     let ss = scale_shift
-        .map(|(sc, sh)| {
-            Ok::<_, CoreError>((
-                per_batch(OP, "scale", sc, b, e)?,
-                per_batch(OP, "shift", sh, b, e)?,
-            ))
-        })
+        .map(|(sc, sh)| Ok::<_, CoreError>((f32_data(sc)?, f32_data(sh)?)))
         .transpose()?;
     let mut out = vec![0f32; b * n * e];
     if e > 0 {
@@ -156,17 +109,10 @@ pub fn gated_residual_add(
         }
     );
     const OP: &str = "gated_residual_add";
-    let [b, n, e] = dims3(OP, "h", h)?;
-    let [ub, nu, ue] = dims3(OP, "u", u)?;
-    if ub != b || ue != e || nu > n {
-        return Err(CoreError::shape(
-            OP,
-            "u must be [B, Nu <= N, E]",
-            &[h.shape(), u.shape()],
-        ));
-    }
-    let g = gate.map(|g| per_batch(OP, "gate", g, b, e)).transpose()?;
-    let mask = mask_rows(OP, row_mask, b, n)?;
+    let [_, n, e] = dims3(OP, "h", h)?;
+    let [_, nu, _] = dims3(OP, "u", u)?;
+    let g = gate.map(f32_data).transpose()?;
+    let mask = mask_rows(row_mask)?;
     let mut out = f32_data(h)?.into_owned();
     let ud = f32_data(u)?;
     if e > 0 && nu > 0 {
@@ -219,39 +165,12 @@ pub fn split_heads(
     const OP: &str = "split_heads";
     let [b, n, w] = dims3(OP, "x", x)?;
     let d = head_dim;
-    if col + heads * d > w {
-        return Err(CoreError::shape(
-            OP,
-            format!(
-                "columns {col}..{} of a width-{w} projection",
-                col + heads * d
-            ),
-            &[x.shape()],
-        ));
-    }
     let gamma = match norm {
-        Some((g, eps)) if g.elem_count() == d => Some((f32_data(g)?, eps)),
-        Some((g, _)) => {
-            return Err(CoreError::shape(
-                OP,
-                format!("norm gain must have head_dim = {d} elements"),
-                &[g.shape()],
-            ))
-        }
+        Some((g, eps)) => Some((f32_data(g)?, eps)),
         None => None,
     };
     let tables = match rope {
-        Some((c, s)) => {
-            let cs = c.shape();
-            if cs.len() != 2 || cs[0] < n || cs[1] > d || cs[1] % 2 != 0 || s.shape() != cs {
-                return Err(CoreError::shape(
-                    OP,
-                    "rope tables must be [>=N, R] with R even, R <= head_dim",
-                    &[x.shape(), cs, s.shape()],
-                ));
-            }
-            Some((f32_data(c)?, f32_data(s)?, cs[1]))
-        }
+        Some((c, s)) => Some((f32_data(c)?, f32_data(s)?, c.shape()[1])),
         None => None,
     };
     let src = f32_data(x)?;
@@ -294,7 +213,7 @@ pub fn merge_heads(x: &Tensor, row_mask: Option<&Tensor>) -> Result<Tensor> {
     let &[b, h, n, d] = x.shape() else {
         return Err(CoreError::shape(OP, "x must be [B, H, N, D]", &[x.shape()]));
     };
-    let mask = mask_rows(OP, row_mask, b, n)?;
+    let mask = mask_rows(row_mask)?;
     let xc = x.contiguous()?;
     let a = f32_data(&xc)?;
     let e = h * d;
@@ -330,17 +249,6 @@ pub fn axpby(a: &[f32], x: &Tensor, b: &[f32], y: &Tensor) -> Result<Tensor> {
         }
     );
     let items = x.shape().first().copied().unwrap_or(1);
-    if x.shape() != y.shape() || a.len() != items || b.len() != items {
-        return Err(CoreError::shape(
-            "axpby",
-            format!(
-                "x and y must match, with {} and {} coefficients for {items} items",
-                a.len(),
-                b.len()
-            ),
-            &[x.shape(), y.shape()],
-        ));
-    }
     let xd = f32_data(x)?;
     let yd = f32_data(y)?;
     let per = x.elem_count() / items.max(1);
@@ -397,17 +305,7 @@ pub fn apg_guidance(
     );
     const OP: &str = "apg_guidance";
     let [b, c, t] = dims3(OP, "x", x)?;
-    if v_cond.shape() != x.shape() || v_uncond.shape() != x.shape() || sigma.len() != b {
-        return Err(CoreError::shape(
-            OP,
-            format!(
-                "x, v_cond, v_uncond must match, with {b} sigmas (got {})",
-                sigma.len()
-            ),
-            &[x.shape(), v_cond.shape(), v_uncond.shape()],
-        ));
-    }
-    let m = mask_rows(OP, mask, b, t)?;
+    let m = mask_rows(mask)?;
     let (xd, vc, vu) = (f32_data(x)?, f32_data(v_cond)?, f32_data(v_uncond)?);
     let per = c * t;
     let mut out = vec![0f32; b * per];

@@ -4,21 +4,15 @@ use rayon::prelude::*;
 
 use super::{f32_data, route};
 use crate::backend::Op;
-use crate::{threads, CoreError, Result, Tensor};
+use crate::{threads, Result, Tensor};
 
 /// Sliding windows of a token-major sequence for a "same" convolution: `x [B, L, C]` →
 /// `[B, L, k·C]`, where row `t` holds `x[t − k/2] … x[t + k/2]` (window position major) and
 /// positions outside `0..L` are zeros. `k` must be odd.
 pub fn unfold(x: &Tensor, k: usize) -> Result<Tensor> {
     route!("unfold", [x], Op::Unfold { x: x.clone(), k });
+    // Checked: `x [B, L, C]`, `k` odd.
     let s = x.shape();
-    if s.len() != 3 || k.is_multiple_of(2) {
-        return Err(CoreError::shape(
-            "unfold",
-            format!("need x [B, L, C] and an odd window (got {k})"),
-            &[s],
-        ));
-    }
     let (b, l, c) = (s[0], s[1], s[2]);
     let xd = f32_data(x)?;
     let half = k / 2;

@@ -4,34 +4,9 @@ use super::route;
 use super::{f32_data, require_float};
 use crate::backend::Op;
 use crate::cpu::gemm::{gemm, gemm_vec, BSrc, PackedB};
-use crate::{cpu, threads, CoreError, Result, Tensor};
+use crate::{cpu, threads, Result, Tensor};
 
-/// Check the shapes of a [`linear`] call (`x [.., K]`, `w [N, K]`, `b [N]`) and return
-/// `(M, K, N)` with `M` the product of `x`'s leading dimensions. Shared by every backend.
-pub fn linear_dims(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<(usize, usize, usize)> {
-    let (xs, ws) = (x.shape(), w.shape());
-    let k = *xs
-        .last()
-        .ok_or_else(|| CoreError::shape("linear", "x is a scalar", &[xs, ws]))?;
-    if ws.len() != 2 || ws[1] != k {
-        return Err(CoreError::shape(
-            "linear",
-            "w must be [N, K] with K = x's last dim",
-            &[xs, ws],
-        ));
-    }
-    let n = ws[0];
-    if let Some(b) = b {
-        if b.shape() != [n] {
-            return Err(CoreError::shape(
-                "linear",
-                "bias must be [N]",
-                &[xs, ws, b.shape()],
-            ));
-        }
-    }
-    Ok((xs[..xs.len() - 1].iter().product(), k, n))
-}
+pub use crate::backend::check::linear_dims;
 
 /// `y = x·Wᵀ + b`: `x [.., K]` (f32), `w [N, K]` (f32, f16 or bf16, e.g. memory-mapped),
 /// `b [N]`; returns `[.., N]` f32. Runs on the backend `x` lives on.
@@ -76,8 +51,7 @@ pub(crate) fn linear_with(
             b: b.cloned()
         }
     );
-    require_float("linear", x)?;
-    require_float("linear", w)?;
+    // Checked: float operands, `w [N, K]`, `b [N]`.
     let xs = x.shape();
     let (m, k, n) = linear_dims(x, w, b)?;
     let xd = f32_data(x)?;
@@ -113,24 +87,7 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
             b: b.clone()
         }
     );
-    let (as_, bs) = (a.shape(), b.shape());
-    if as_.len() < 2 || bs.len() != as_.len() || as_[..as_.len() - 2] != bs[..bs.len() - 2] {
-        return Err(CoreError::shape(
-            "matmul",
-            "need [.., M, K] and [.., K, N]",
-            &[as_, bs],
-        ));
-    }
-    let r = as_.len();
-    let (m, k, n) = (as_[r - 2], as_[r - 1], bs[r - 1]);
-    if bs[r - 2] != k {
-        return Err(CoreError::shape(
-            "matmul",
-            "inner dimensions differ",
-            &[as_, bs],
-        ));
-    }
-    let batch: usize = as_[..r - 2].iter().product();
+    let (batch, m, k, n) = crate::backend::check::matmul_dims(a, b)?;
     let ad = f32_data(a)?;
     let bd = f32_data(b)?;
     let isa = cpu::current();
@@ -143,7 +100,9 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
             });
         });
     }
-    let mut shape = as_.to_vec();
-    shape[r - 1] = n;
+    let mut shape = a.shape().to_vec();
+    if let Some(l) = shape.last_mut() {
+        *l = n;
+    }
     Tensor::from_vec(out, &shape)
 }

@@ -38,17 +38,22 @@ pub use text::{fill_masked_rows, fourier_features, FourierLayout};
 use crate::backend::Device;
 use crate::{CoreError, DType, Result, Tensor};
 
-/// Send an op to the backend its operands live on, if any: `route!("name", [a, b], Op::X {..})`
-/// returns from the calling op with the backend's result. Operands are `&Tensor` or
-/// `Option<&Tensor>` expressions.
+/// The check step, then the backend: `route!("name", [a, b], Op::X {..})` runs the op's
+/// [`check`](crate::backend::Op::check) (every shape and dtype rule, on the CPU and on a device
+/// alike) and, when an operand lives on a device backend, returns from the calling op with that
+/// backend's result, held to the checked shape and dtype. Operands are `&Tensor` or
+/// `Option<&Tensor>` expressions. The CPU body that follows may rely on the rules.
 macro_rules! route {
     ($name:literal, [$($t:expr),* $(,)?], $op:expr) => {
+        let op = $op;
+        let spec = op.check()?;
         if let Some(be) = $crate::backend::device_of(
             $name,
             &[$($crate::ops::IntoOperand::into_operand($t)),*],
         )? {
-            return be.run($op);
+            return $crate::backend::check::run_checked(&*be, op, &spec);
         }
+        drop((op, spec));
     };
 }
 pub(crate) use route;

@@ -71,7 +71,6 @@ pub fn linear_packed(
     shape: [usize; 2],
     b: Option<&Tensor>,
 ) -> Result<Tensor> {
-    let out_shape = linear_packed_shape(x, format, w8a8, shape, b)?;
     route!(
         "linear_packed",
         [x, w, b],
@@ -84,6 +83,7 @@ pub fn linear_packed(
             b: b.cloned()
         }
     );
+    let out_shape = linear_packed_shape(x, format, w8a8, shape, b)?;
     let [rows, cols] = shape;
     if format != WeightFormat::Q8_0 {
         return Err(CoreError::Unsupported {

@@ -2,7 +2,7 @@
 
 use super::{f32_data, route};
 use crate::backend::Op;
-use crate::{CoreError, DType, Result, Tensor};
+use crate::{DType, Result, Tensor};
 
 /// `x` with `before` zeros in front of and `after` zeros behind its entries along `dim` (any
 /// dtype; a contiguous tensor on the device of `x`). The copied entries keep their bits.
@@ -17,14 +17,8 @@ pub fn pad(x: &Tensor, dim: usize, before: usize, after: usize) -> Result<Tensor
             after
         }
     );
+    // Checked: `dim < rank`.
     let s = x.shape();
-    if dim >= s.len() {
-        return Err(CoreError::shape(
-            "pad",
-            format!("dimension {dim} of a rank-{} tensor", s.len()),
-            &[s],
-        ));
-    }
     if before == 0 && after == 0 {
         return x.contiguous();
     }

@@ -7,7 +7,7 @@ use rayon::prelude::*;
 use super::{f32_data, route};
 use crate::backend::Op;
 use crate::cpu;
-use crate::{threads, CoreError, Result, Tensor};
+use crate::{threads, Result, Tensor};
 
 /// Rotary tables for positions `pos0 .. pos0 + n`: `[2, n, 2F]` (`cos` then `sin` of
 /// `[p·f ; p·f]`, `f = inv_freq [F]`, computed in f32 as the reference does). The angle of a
@@ -24,13 +24,6 @@ pub fn rope_table(inv_freq: &Tensor, pos0: usize, n: usize) -> Result<Tensor> {
             n
         }
     );
-    if inv_freq.rank() != 1 {
-        return Err(CoreError::shape(
-            "rope_table",
-            "inv_freq must be [F]",
-            &[inv_freq.shape()],
-        ));
-    }
     let f = f32_data(inv_freq)?;
     let r = 2 * f.len();
     let mut out = vec![0f32; 2 * n * r];
@@ -91,47 +84,15 @@ pub fn qkv_heads(
             rope: rope.map(|(c, s)| (c.clone(), s.clone())),
         }
     );
-    let s = x.shape();
-    let bad = |why: &str| {
-        let mut shapes = vec![s];
-        if let Some((c, _)) = rope {
-            shapes.push(c.shape());
-        }
-        CoreError::shape("qkv_heads", why.to_string(), &shapes)
-    };
-    if s.len() != 3
-        || parts == 0
-        || heads == 0
-        || part >= parts
-        || !s[2].is_multiple_of(parts * heads)
-    {
-        return Err(bad("x must be [B, N, parts·H·Dh] with part < parts"));
-    }
-    let (b, n) = (s[0], s[1]);
-    let dh = s[2] / (parts * heads);
+    let (b, n, dh) = crate::backend::check::qkv_dims(x, parts, part, heads, rope.map(|r| r.0))?;
     let d = heads * dh;
     let np = parts;
     let nd = match norm {
-        Some(nm) => {
-            if nm.gamma.elem_count() != dh || nm.beta.elem_count() != dh {
-                return Err(CoreError::shape(
-                    "qkv_heads",
-                    "norm gamma and beta must be [Dh]",
-                    &[s, nm.gamma.shape(), nm.beta.shape()],
-                ));
-            }
-            Some((nm.alpha, f32_data(nm.gamma)?, f32_data(nm.beta)?))
-        }
+        Some(nm) => Some((nm.alpha, f32_data(nm.gamma)?, f32_data(nm.beta)?)),
         None => None,
     };
     let rd = match rope {
-        Some((c, sn)) => {
-            let cs = c.shape();
-            if cs.len() != 2 || cs[0] < n || cs[1] > dh || cs[1] % 2 != 0 || sn.shape() != cs {
-                return Err(bad("cos and sin must be [>=N, R] with R even and R <= Dh"));
-            }
-            Some((f32_data(c)?, f32_data(sn)?, cs[1]))
-        }
+        Some((c, sn)) => Some((f32_data(c)?, f32_data(sn)?, c.shape()[1])),
         None => None,
     };
     let xd = f32_data(x)?;
@@ -166,9 +127,7 @@ pub fn qkv_heads(
 pub fn std_last(x: &Tensor) -> Result<Tensor> {
     route!("std_last", [x], Op::StdLast { x: x.clone() });
     let s = x.shape();
-    let l = *s
-        .last()
-        .ok_or_else(|| CoreError::shape("std_last", "scalar input", &[s]))?;
+    let l = s.last().copied().unwrap_or(0);
     let mut shape = s.to_vec();
     if let Some(last) = shape.last_mut() {
         *last = 1;

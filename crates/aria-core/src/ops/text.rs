@@ -5,7 +5,7 @@ use rayon::prelude::*;
 
 use super::{f32_data, route};
 use crate::backend::Op;
-use crate::{threads, CoreError, Result, Tensor};
+use crate::{threads, Result, Tensor};
 
 /// The layout of [`fourier_features`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -32,13 +32,6 @@ pub fn fourier_features(values: &Tensor, freqs: &Tensor, layout: FourierLayout) 
             layout
         }
     );
-    if values.rank() != 1 || freqs.rank() != 1 {
-        return Err(CoreError::shape(
-            "fourier_features",
-            "values and freqs must be [N] and [F]",
-            &[values.shape(), freqs.shape()],
-        ));
-    }
     let v = f32_data(values)?;
     let f = f32_data(freqs)?;
     let half = f.len();
@@ -82,13 +75,6 @@ pub fn fill_masked_rows(x: &Tensor, mask: &Tensor, fill: Option<&Tensor>) -> Res
     );
     let s = x.shape();
     let d = s.last().copied().unwrap_or(0);
-    if s.is_empty() || mask.shape() != &s[..s.len() - 1] || fill.is_some_and(|f| f.shape() != [d]) {
-        return Err(CoreError::shape(
-            "fill_masked_rows",
-            "need x [.., L, D], mask [.., L] and fill [D]",
-            &[s, mask.shape(), fill.map_or(&[][..], |f| f.shape())],
-        ));
-    }
     let xc = x.contiguous()?;
     let mut out = f32_data(&xc)?.into_owned();
     let m = f32_data(mask)?;

@@ -4,12 +4,13 @@ use aria_core::backend::{BinaryOp, Op};
 use aria_core::ops::{self as cpu, GluAct, KeyMaskMode};
 use aria_core::{contiguous_strides, CoreError, DType, Result, Tensor};
 
-use super::shapes::{attention_args, broadcast_shape, broadcast_strides, rope_width};
-use super::{expect, last_dim};
+use super::last_dim;
+use super::shapes::{attention_args, broadcast_strides, table_width};
 use crate::backend::{CudaBackend, KArg};
 use crate::gemm::{Gemm, GemmType};
 use crate::launch::{self, AttnArgs, Strides6};
 use crate::plan;
+use aria_core::backend::check;
 
 impl CudaBackend {
     pub(crate) fn opt(&self, t: Option<&Tensor>) -> Result<(Option<Tensor>, u64)> {
@@ -103,19 +104,11 @@ impl CudaBackend {
     }
 
     pub(crate) fn matmul(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
-        let (sa, sb) = (a.shape(), b.shape());
-        let r = sa.len();
-        if r < 2 || sb.len() != r || sa[..r - 2] != sb[..r - 2] || sb[r - 2] != sa[r - 1] {
-            return Err(CoreError::shape(
-                "matmul",
-                "need [.., M, K] and [.., K, N]",
-                &[sa, sb],
-            ));
+        let (batch, m, k, n) = check::matmul_dims(a, b)?;
+        let mut shape = a.shape().to_vec();
+        if let Some(l) = shape.last_mut() {
+            *l = n;
         }
-        let (m, k, n) = (sa[r - 2], sa[r - 1], sb[r - 1]);
-        let batch: usize = sa[..r - 2].iter().product();
-        let mut shape = sa.to_vec();
-        shape[r - 1] = n;
         let out = self.alloc(&shape, DType::F32, k == 0)?;
         if k > 0 {
             let (ac, bc) = (self.f32c(a)?, self.f32c(b)?);
@@ -137,26 +130,14 @@ impl CudaBackend {
         b: Option<&Tensor>,
         padding: usize,
     ) -> Result<Tensor> {
-        let (xs, ws) = (x.shape(), w.shape());
-        if xs.len() != 3 || ws.len() != 3 || ws[1] != xs[1] {
-            return Err(CoreError::shape(
-                "conv1d",
-                "need x [B, Cin, L] and w [Cout, Cin, K]",
-                &[xs, ws],
-            ));
-        }
-        let (bn, cin, l, cout, k) = (xs[0], xs[1], xs[2], ws[0], ws[2]);
-        if let Some(b) = b {
-            expect("conv1d", "bias", b, &[cout])?;
-        }
-        if l + 2 * padding < k || k == 0 {
-            return Err(CoreError::shape(
-                "conv1d",
-                "input shorter than the kernel",
-                &[xs, ws],
-            ));
-        }
-        let lo = l + 2 * padding - k + 1;
+        let check::ConvDims {
+            b: bn,
+            cin,
+            l,
+            cout,
+            k,
+            lo,
+        } = check::conv1d_dims(x, w, b, padding)?;
         let xc = self.f32c(x)?;
         let wc = self.f32c(w)?;
         let out = self.alloc(&[bn, cout, lo], DType::F32, false)?;
@@ -274,9 +255,7 @@ impl CudaBackend {
     }
 
     pub(crate) fn binary(&self, a: &Tensor, b: &Tensor, f: BinaryOp) -> Result<Tensor> {
-        let shape = broadcast_shape(a.shape(), b.shape()).ok_or_else(|| {
-            CoreError::shape("binary", "shapes do not broadcast", &[a.shape(), b.shape()])
-        })?;
+        let shape = check::broadcast_shape("binary", a.shape(), b.shape())?;
         let code = match f {
             BinaryOp::Add => 0,
             BinaryOp::Sub => 1,
@@ -342,13 +321,6 @@ impl CudaBackend {
 
     pub(crate) fn glu(&self, x: &Tensor, act: GluAct) -> Result<Tensor> {
         let d2 = last_dim("glu", x)?;
-        if !d2.is_multiple_of(2) {
-            return Err(CoreError::shape(
-                "glu",
-                "last dim must be even",
-                &[x.shape()],
-            ));
-        }
         let code = match act {
             GluAct::Silu => 0,
             GluAct::Gelu => 1,
@@ -380,12 +352,10 @@ impl CudaBackend {
     }
 
     pub(crate) fn rope(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+        // Checked by the op set: `x [.., N, D]`, tables `[>= N, R]`.
         let s = x.shape();
-        if s.len() < 2 {
-            return Err(CoreError::shape("rope", "x must be [.., N, D]", &[s]));
-        }
         let (n, d) = (s[s.len() - 2], s[s.len() - 1]);
-        let r = rope_width("rope", n, d, cos, sin)?;
+        let r = table_width(cos);
         let (xc, cc, sc) = (self.f32c(x)?, self.f32c(cos)?, self.f32c(sin)?);
         let out = self.alloc(s, DType::F32, false)?;
         let total = x.elem_count();

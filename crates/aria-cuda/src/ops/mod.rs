@@ -1,5 +1,6 @@
-//! The op set on the device: operand preparation, shape checks and the launches of each op.
-//! Shape errors are the CPU ops' ([`CoreError::Shape`] naming the op).
+//! The op set on the device: operand preparation and the launches of each op. Shapes and dtypes
+//! were checked by the op set's check step ([`Op::check`], run by `CudaBackend::run`): the
+//! sizes are read here, never re-validated.
 
 mod layers;
 mod sampler;
@@ -12,8 +13,8 @@ use aria_core::{Backend, CoreError, DType, Result, Tensor};
 use crate::backend::{CudaBackend, KArg};
 use crate::launch;
 use crate::plan;
-use shapes::rope_width;
-pub use shapes::{attention_args, broadcast_shape, broadcast_strides};
+use shapes::table_width;
+pub use shapes::{attention_args, broadcast_strides};
 
 pub(crate) fn last_dim(op: &'static str, x: &Tensor) -> Result<usize> {
     x.shape()
@@ -23,32 +24,7 @@ pub(crate) fn last_dim(op: &'static str, x: &Tensor) -> Result<usize> {
 }
 
 pub(crate) fn dims3(op: &'static str, t: &Tensor) -> Result<[usize; 3]> {
-    match t.shape() {
-        &[a, b, c] => Ok([a, b, c]),
-        s => Err(CoreError::shape(op, "must be 3-D", &[s])),
-    }
-}
-
-pub(crate) fn expect(op: &'static str, what: &str, t: &Tensor, shape: &[usize]) -> Result<()> {
-    if t.shape() != shape {
-        return Err(CoreError::shape(
-            op,
-            format!("{what} must be {shape:?}"),
-            &[t.shape()],
-        ));
-    }
-    Ok(())
-}
-
-pub(crate) fn count(op: &'static str, what: &str, t: &Tensor, n: usize) -> Result<()> {
-    if t.elem_count() != n {
-        return Err(CoreError::shape(
-            op,
-            format!("{what} must have {n} elements"),
-            &[t.shape()],
-        ));
-    }
-    Ok(())
+    aria_core::backend::check::dims3(op, "x", t)
 }
 
 /// Run one routed op.
@@ -87,10 +63,6 @@ pub(crate) fn run(be: &CudaBackend, op: &Op) -> Result<Tensor> {
         Op::Softmax { x } => be.row_op("softmax", x, "softmax_f32", &[], &[]),
         Op::Rope { x, cos, sin } => be.rope(x, cos, sin),
         Op::RmsNorm { x, w, eps, style } => {
-            let d = last_dim("rms_norm", x)?;
-            if let Some(w) = w {
-                count("rms_norm", "weight", w, d)?;
-            }
             let (_w, pw) = be.opt(w.as_ref())?;
             let style = i32::from(*style == RmsStyle::OnePlus);
             be.row_op(
@@ -102,10 +74,6 @@ pub(crate) fn run(be: &CudaBackend, op: &Op) -> Result<Tensor> {
             )
         }
         Op::LayerNorm { x, w, b, eps } => {
-            let d = last_dim("layer_norm", x)?;
-            for t in [w, b].into_iter().flatten() {
-                count("layer_norm", "weight and bias", t, d)?;
-            }
             let (_w, pw) = be.opt(w.as_ref())?;
             let (_b, pb) = be.opt(b.as_ref())?;
             be.row_op(
@@ -123,8 +91,6 @@ pub(crate) fn run(be: &CudaBackend, op: &Op) -> Result<Tensor> {
             beta,
         } => {
             let d = last_dim("dyt", x)?;
-            count("dyt", "gamma", gamma, d)?;
-            count("dyt", "beta", beta, d)?;
             let (_g, pg) = be.opt(Some(gamma))?;
             let (_b, pb) = be.opt(Some(beta))?;
             if d == 0 {
@@ -140,13 +106,6 @@ pub(crate) fn run(be: &CudaBackend, op: &Op) -> Result<Tensor> {
         }
         Op::Unfold { x, k } => {
             let s = x.shape();
-            if s.len() != 3 || k.is_multiple_of(2) {
-                return Err(CoreError::shape(
-                    "unfold",
-                    format!("need x [B, L, C] and an odd window (got {k})"),
-                    &[s],
-                ));
-            }
             let (b, l, c) = (s[0], s[1], s[2]);
             let xc = be.f32c(x)?;
             let out = be.alloc(&[b, l, k * c], DType::F32, false)?;
@@ -198,11 +157,6 @@ pub(crate) fn run(be: &CudaBackend, op: &Op) -> Result<Tensor> {
             scale_shift,
         } => {
             let [b, n, e] = dims3("rms_norm_modulate", x)?;
-            count("rms_norm_modulate", "gamma", gamma, e)?;
-            if let Some((sc, sh)) = scale_shift {
-                expect("rms_norm_modulate", "scale", sc, &[b, e])?;
-                expect("rms_norm_modulate", "shift", sh, &[b, e])?;
-            }
             let (_g, pg) = be.opt(Some(gamma))?;
             let (_s, ps) = be.opt(scale_shift.as_ref().map(|s| &s.0))?;
             let (_h, ph) = be.opt(scale_shift.as_ref().map(|s| &s.1))?;
@@ -234,20 +188,7 @@ pub(crate) fn run(be: &CudaBackend, op: &Op) -> Result<Tensor> {
         } => {
             const OP: &str = "gated_residual_add";
             let [b, n, e] = dims3(OP, h)?;
-            let [ub, nu, ue] = dims3(OP, u)?;
-            if ub != b || ue != e || nu > n {
-                return Err(CoreError::shape(
-                    OP,
-                    "u must be [B, Nu <= N, E]",
-                    &[h.shape(), u.shape()],
-                ));
-            }
-            if let Some(g) = gate {
-                expect(OP, "gate", g, &[b, e])?;
-            }
-            if let Some(m) = row_mask {
-                expect(OP, "row mask", m, &[b, n])?;
-            }
+            let [_, nu, _] = dims3(OP, u)?;
             let (hc, uc) = (be.f32c(h)?, be.f32c(u)?);
             let (_g, pg) = be.opt(gate.as_ref())?;
             let (_m, pm) = be.opt(row_mask.as_ref())?;
@@ -283,23 +224,7 @@ pub(crate) fn run(be: &CudaBackend, op: &Op) -> Result<Tensor> {
             const OP: &str = "split_heads";
             let [b, n, w] = dims3(OP, x)?;
             let d = *head_dim;
-            if col + heads * d > w {
-                return Err(CoreError::shape(
-                    OP,
-                    format!(
-                        "columns {col}..{} of a width-{w} projection",
-                        col + heads * d
-                    ),
-                    &[x.shape()],
-                ));
-            }
-            if let Some((g, _)) = norm {
-                count(OP, "norm gain", g, d)?;
-            }
-            let r = match rope {
-                Some((c, s)) => rope_width(OP, n, d, c, s)?,
-                None => 0,
-            };
+            let r = rope.as_ref().map_or(0, |(c, _)| table_width(c));
             let xc = be.f32c(x)?;
             let (_g, pg) = be.opt(norm.as_ref().map(|n| &n.0))?;
             let (_c, pc) = be.opt(rope.as_ref().map(|r| &r.0))?;
@@ -336,9 +261,6 @@ pub(crate) fn run(be: &CudaBackend, op: &Op) -> Result<Tensor> {
                     &[x.shape()],
                 ));
             };
-            if let Some(m) = row_mask {
-                expect("merge_heads", "row mask", m, &[b, n])?;
-            }
             let xc = be.f32c(x)?;
             let (_m, pm) = be.opt(row_mask.as_ref())?;
             let out = be.alloc(&[b, n, h * d], DType::F32, false)?;
@@ -362,13 +284,6 @@ pub(crate) fn run(be: &CudaBackend, op: &Op) -> Result<Tensor> {
         }
         Op::Axpby { a, x, b, y } => {
             let items = x.shape().first().copied().unwrap_or(1);
-            if x.shape() != y.shape() || a.len() != items || b.len() != items {
-                return Err(CoreError::shape(
-                    "axpby",
-                    format!("x, y must match and a, b have {items} scalars"),
-                    &[x.shape(), y.shape()],
-                ));
-            }
             let at = be.upload(&Tensor::from_vec(a.clone(), &[items])?)?;
             let bt = be.upload(&Tensor::from_vec(b.clone(), &[items])?)?;
             be.axpby_device(&at, x, &bt, y)
@@ -400,13 +315,6 @@ pub(crate) fn run(be: &CudaBackend, op: &Op) -> Result<Tensor> {
             freqs,
             layout,
         } => {
-            if values.rank() != 1 || freqs.rank() != 1 {
-                return Err(CoreError::shape(
-                    "fourier_features",
-                    "values and freqs must be [N] and [F]",
-                    &[values.shape(), freqs.shape()],
-                ));
-            }
             let (n, f) = (values.elem_count(), freqs.elem_count());
             let (dim, code) = match layout {
                 cpu::FourierLayout::CosSin => (2 * f, 0),
@@ -437,16 +345,6 @@ pub(crate) fn run(be: &CudaBackend, op: &Op) -> Result<Tensor> {
         Op::FillMaskedRows { x, mask, fill } => {
             let s = x.shape();
             let d = s.last().copied().unwrap_or(0);
-            if s.is_empty()
-                || mask.shape() != &s[..s.len() - 1]
-                || fill.as_ref().is_some_and(|f| f.shape() != [d])
-            {
-                return Err(CoreError::shape(
-                    "fill_masked_rows",
-                    "need x [.., L, D], mask [.., L] and fill [D]",
-                    &[s, mask.shape()],
-                ));
-            }
             let (xc, mc) = (be.f32c(x)?, be.f32c(mask)?);
             let (_f, pf) = be.opt(fill.as_ref())?;
             let out = be.alloc(s, DType::F32, false)?;
@@ -477,15 +375,7 @@ pub(crate) fn run(be: &CudaBackend, op: &Op) -> Result<Tensor> {
             apg_scale,
             norm_threshold,
         } => {
-            let items = x.shape().first().copied().unwrap_or(0);
             let sig = be.upload(&Tensor::from_vec(sigma.clone(), &[sigma.len()])?)?;
-            if sigma.len() != items {
-                return Err(CoreError::shape(
-                    "apg_guidance",
-                    format!("{items} sigmas needed (got {})", sigma.len()),
-                    &[x.shape()],
-                ));
-            }
             be.apg_guidance_device(
                 x,
                 v_cond,
@@ -504,30 +394,15 @@ pub(crate) fn run(be: &CudaBackend, op: &Op) -> Result<Tensor> {
             norm,
             rope,
         } => {
-            const OP: &str = "qkv_heads";
-            let s = x.shape();
             let (parts, part, heads) = (*parts, *part, *heads);
-            if s.len() != 3
-                || parts == 0
-                || heads == 0
-                || part >= parts
-                || !s[2].is_multiple_of(parts * heads)
-            {
-                return Err(CoreError::shape(
-                    OP,
-                    "x must be [B, N, parts·H·Dh] with part < parts",
-                    &[s],
-                ));
-            }
-            let (b, n, dh) = (s[0], s[1], s[2] / (parts * heads));
-            if let Some((g, bt)) = norm {
-                count(OP, "norm gamma", g, dh)?;
-                count(OP, "norm beta", bt, dh)?;
-            }
-            let r = match rope {
-                Some((c, sn)) => rope_width(OP, n, dh, c, sn)?,
-                None => 0,
-            };
+            let (b, n, dh) = aria_core::backend::check::qkv_dims(
+                x,
+                parts,
+                part,
+                heads,
+                rope.as_ref().map(|r| &r.0),
+            )?;
+            let r = rope.as_ref().map_or(0, |(c, _)| table_width(c));
             let xc = be.f32c(x)?;
             let (_g, pg) = be.opt(norm.as_ref().map(|n| &n.0))?;
             let (_b, pb) = be.opt(norm.as_ref().map(|n| &n.1))?;
@@ -560,13 +435,6 @@ pub(crate) fn run(be: &CudaBackend, op: &Op) -> Result<Tensor> {
             Ok(out)
         }
         Op::RopeTable { inv_freq, pos0, n } => {
-            if inv_freq.rank() != 1 {
-                return Err(CoreError::shape(
-                    "rope_table",
-                    "inv_freq must be [F]",
-                    &[inv_freq.shape()],
-                ));
-            }
             let f = inv_freq.elem_count();
             let fc = be.f32c(inv_freq)?;
             let out = be.alloc(&[2, *n, 2 * f], DType::F32, false)?;
@@ -592,21 +460,8 @@ pub(crate) fn run(be: &CudaBackend, op: &Op) -> Result<Tensor> {
 /// `embedding` (see `kernels/text.cu`): ids still on the host are checked there, exactly as the
 /// CPU op checks them, and uploaded as i64; device ids must already be i64.
 fn embedding(be: &CudaBackend, ids: &Tensor, table: &Tensor) -> Result<Tensor> {
+    // Checked by the op set: `table [V, D]`, a float dtype.
     let ts = table.shape();
-    if ts.len() != 2 {
-        return Err(CoreError::shape(
-            "embedding",
-            "table must be [V, D]",
-            &[ids.shape(), ts],
-        ));
-    }
-    if !table.dtype().is_float() {
-        return Err(CoreError::DType {
-            op: "embedding",
-            dtype: table.dtype(),
-            reason: "the table must be f32, f16 or bf16".into(),
-        });
-    }
     let (vocab, d) = (ts[0], ts[1]);
     let idc = if ids.device().is_cpu() {
         let idv: Vec<i64> = match ids.dtype() {

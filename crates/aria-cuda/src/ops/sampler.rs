@@ -2,9 +2,34 @@
 
 use aria_core::{CoreError, DType, Result, Tensor};
 
-use super::{count, dims3, expect};
+use super::dims3;
 use crate::backend::{CudaBackend, KArg};
 use crate::launch;
+
+// These device forms take their per-step scalars as tensors, so they are not ops of the set and
+// check their own operands.
+
+fn expect(op: &'static str, what: &str, t: &Tensor, shape: &[usize]) -> Result<()> {
+    if t.shape() != shape {
+        return Err(CoreError::shape(
+            op,
+            format!("{what} must be {shape:?}"),
+            &[t.shape()],
+        ));
+    }
+    Ok(())
+}
+
+fn count(op: &'static str, what: &str, t: &Tensor, n: usize) -> Result<()> {
+    if t.elem_count() != n {
+        return Err(CoreError::shape(
+            op,
+            format!("{what} must have {n} elements"),
+            &[t.shape()],
+        ));
+    }
+    Ok(())
+}
 
 impl CudaBackend {
     /// [`aria_core::ops::apg_guidance`] with `sigma [B]` read from device memory (the form a

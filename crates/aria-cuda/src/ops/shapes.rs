@@ -1,11 +1,15 @@
-//! Shape rules of the device ops (the CPU ops' rules), checked before anything is launched.
+//! Launch arguments from checked shapes. The shape rules themselves are the op set's
+//! ([`aria_core::backend::check`]); nothing here re-states them.
 
+use aria_core::backend::check::{attention_dims, AttnDims};
 use aria_core::ops::KeyMaskMode;
 use aria_core::{contiguous_strides, CoreError, Result, Tensor};
 
 use crate::launch::AttnArgs;
 
-/// The checked [`AttnArgs`] of an attention call (the CPU op's shape rules).
+/// The [`AttnArgs`] of an attention call: the sizes from the op set's check step
+/// ([`attention_dims`]); the one rule of this backend's own is that a key-chunked launch
+/// (`chunk > 0`) needs `Nq == Nk`.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_args(
     q: &Tensor,
@@ -19,46 +23,19 @@ pub fn attention_args(
     window: Option<(usize, usize)>,
     chunk: usize,
 ) -> Result<AttnArgs> {
-    let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
-    if qs.len() != 4 || ks.len() != 4 || vs.len() != 4 {
+    let AttnDims {
+        b,
+        h,
+        nq,
+        nk,
+        d,
+        dv,
+    } = attention_dims(q, k, v, diff, key_mask, window)?;
+    if chunk > 0 && nq != nk {
         return Err(CoreError::shape(
             "attention",
-            "q, k, v must be 4-D [B, H, N, D]",
-            &[qs, ks, vs],
-        ));
-    }
-    let (b, h, nq, d) = (qs[0], qs[1], qs[2], qs[3]);
-    let (nk, dv) = (ks[2], vs[3]);
-    if ks[0] != b || ks[1] != h || ks[3] != d || vs[0] != b || vs[1] != h || vs[2] != nk {
-        return Err(CoreError::shape(
-            "attention",
-            "q, k, v disagree",
-            &[qs, ks, vs],
-        ));
-    }
-    if let Some((q2, k2)) = diff {
-        if q2.shape() != qs || k2.shape() != ks {
-            return Err(CoreError::shape(
-                "attention_diff",
-                "q2 must match q and k2 must match k",
-                &[qs, q2.shape(), ks, k2.shape()],
-            ));
-        }
-    }
-    if let Some(m) = key_mask {
-        if m.shape() != [b, nk] {
-            return Err(CoreError::shape(
-                "attention",
-                "key_mask must be [B, Nk]",
-                &[qs, ks, m.shape()],
-            ));
-        }
-    }
-    if (window.is_some() || chunk > 0) && nq != nk {
-        return Err(CoreError::shape(
-            "attention",
-            "a window needs Nq == Nk",
-            &[qs, ks],
+            "a key-chunked launch needs Nq == Nk",
+            &[q.shape(), k.shape()],
         ));
     }
     let (wl, wr) = window.unwrap_or((0, 0));
@@ -83,47 +60,9 @@ pub fn attention_args(
     })
 }
 
-/// The rotated width `R` of rope tables `[≥ N, R]` (even, at most `d`).
-pub(crate) fn rope_width(
-    op: &'static str,
-    n: usize,
-    d: usize,
-    cos: &Tensor,
-    sin: &Tensor,
-) -> Result<usize> {
-    let cs = cos.shape();
-    if cs.len() != 2 || cs[0] < n || cs[1] > d || !cs[1].is_multiple_of(2) || sin.shape() != cs {
-        return Err(CoreError::shape(
-            op,
-            "tables must be [>=N, R] with R even, R <= D",
-            &[cs, sin.shape()],
-        ));
-    }
-    Ok(cs[1])
-}
-
-/// NumPy broadcasting of two shapes.
-pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
-    let r = a.len().max(b.len());
-    (0..r)
-        .map(|i| {
-            let da = if i + a.len() >= r {
-                a[i + a.len() - r]
-            } else {
-                1
-            };
-            let db = if i + b.len() >= r {
-                b[i + b.len() - r]
-            } else {
-                1
-            };
-            match (da, db) {
-                _ if da == db || db == 1 => Some(da),
-                (1, _) => Some(db),
-                _ => None,
-            }
-        })
-        .collect()
+/// The rotated width `R` of rope tables `[≥ N, R]` the check step accepted.
+pub(crate) fn table_width(cos: &Tensor) -> usize {
+    cos.shape().get(1).copied().unwrap_or(0)
 }
 
 /// Contiguous strides of `shape` read as `out` (0 on broadcast dimensions).
@@ -156,9 +95,7 @@ mod tests {
     }
 
     #[test]
-    fn broadcasting_matches_numpy() {
-        assert_eq!(broadcast_shape(&[2, 1, 4], &[3, 1]), Some(vec![2, 3, 4]));
-        assert_eq!(broadcast_shape(&[2, 3], &[4]), None);
+    fn broadcast_strides_read_views() {
         assert_eq!(broadcast_strides(&[3, 1], &[2, 3, 4]), vec![0, 1, 0]);
         assert_eq!(broadcast_strides(&[2, 1, 4], &[2, 3, 4]), vec![4, 0, 1]);
     }
@@ -250,16 +187,5 @@ mod tests {
             ),
             "{e:?}"
         );
-    }
-
-    #[test]
-    fn rope_tables_are_checked() {
-        assert_eq!(
-            rope_width("rope", 4, 8, &t(&[6, 4]), &t(&[6, 4])).ok(),
-            Some(4)
-        );
-        assert!(rope_width("rope", 4, 8, &t(&[3, 4]), &t(&[3, 4])).is_err());
-        assert!(rope_width("rope", 4, 8, &t(&[6, 3]), &t(&[6, 3])).is_err());
-        assert!(rope_width("rope", 4, 2, &t(&[6, 4]), &t(&[6, 4])).is_err());
     }
 }

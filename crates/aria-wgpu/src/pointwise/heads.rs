@@ -5,35 +5,21 @@ use super::{f32_in, f32_opt, f32_view2, go, Grid, FUSED, GUIDANCE, ROPE};
 use crate::{Bind, Uniforms, WgpuBackend};
 use aria_core::{CoreError, DType, Result, Tensor};
 
-/// The rotated width `R` of tables `[≥ n, R]` (even, at most `d`), with the CPU ops' errors.
-fn rope_width(
-    op: &'static str,
-    why: &str,
-    x: &Tensor,
-    n: usize,
-    d: usize,
-    cos: &Tensor,
-    sin: &Tensor,
-) -> Result<usize> {
-    let cs = cos.shape();
-    if cs.len() != 2 || cs[0] < n || cs[1] > d || !cs[1].is_multiple_of(2) || sin.shape() != cs {
-        return Err(CoreError::shape(
-            op,
-            why.to_string(),
-            &[x.shape(), cs, sin.shape()],
-        ));
-    }
-    Ok(cs[1])
+/// The rotated width `R` of checked rope tables `[≥ N, R]`.
+fn table_width(cos: &Tensor) -> usize {
+    cos.shape().get(1).copied().unwrap_or(0)
+}
+
+/// `[a, b, c]` of a checked 3-D tensor.
+fn dims3(op: &'static str, t: &Tensor) -> Result<[usize; 3]> {
+    aria_core::backend::check::dims3(op, "x", t)
 }
 
 pub(super) fn rope(be: &WgpuBackend, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    // Checked by the op set: `x [.., N, D]`, tables `[>= N, R]`.
     let s = x.shape();
-    if s.len() < 2 {
-        return Err(CoreError::shape("rope", "x must be [.., N, D]", &[s]));
-    }
     let (n, d) = (s[s.len() - 2], s[s.len() - 1]);
-    let why = "tables must be [>=N, R] with R even, R <= D";
-    let r = rope_width("rope", why, x, n, d, cos, sin)?;
+    let r = table_width(cos);
     let out = be.alloc(s, DType::F32)?;
     let total = out.elem_count();
     if total == 0 {
@@ -68,13 +54,6 @@ pub(super) fn rope_table(
     pos0: usize,
     n: usize,
 ) -> Result<Tensor> {
-    if inv_freq.rank() != 1 {
-        return Err(CoreError::shape(
-            "rope_table",
-            "inv_freq must be [F]",
-            &[inv_freq.shape()],
-        ));
-    }
     let f = inv_freq.elem_count();
     let out = be.alloc(&[2, n, 2 * f], DType::F32)?;
     let work = n * f;
@@ -110,37 +89,8 @@ pub(super) fn gated_residual_add(
     row_mask: Option<&Tensor>,
 ) -> Result<Tensor> {
     const OP: &str = "gated_residual_add";
-    let &[b, n, e] = h.shape() else {
-        return Err(CoreError::shape(OP, "h must be 3-D", &[h.shape()]));
-    };
-    let &[ub, nu, ue] = u.shape() else {
-        return Err(CoreError::shape(OP, "u must be 3-D", &[u.shape()]));
-    };
-    if ub != b || ue != e || nu > n {
-        return Err(CoreError::shape(
-            OP,
-            "u must be [B, Nu <= N, E]",
-            &[h.shape(), u.shape()],
-        ));
-    }
-    if let Some(g) = gate {
-        if g.shape() != [b, e] {
-            return Err(CoreError::shape(
-                OP,
-                format!("gate must be [{b}, {e}]"),
-                &[g.shape()],
-            ));
-        }
-    }
-    if let Some(m) = row_mask {
-        if m.shape() != [b, n] {
-            return Err(CoreError::shape(
-                OP,
-                format!("row mask must be [{b}, {n}]"),
-                &[m.shape()],
-            ));
-        }
-    }
+    let [_, n, e] = dims3(OP, h)?;
+    let [_, nu, _] = dims3(OP, u)?;
     let out = be.alloc(h.shape(), DType::F32)?;
     let total = out.elem_count();
     if total == 0 {
@@ -191,33 +141,8 @@ pub(super) fn split_heads(
     rope: Option<&(Tensor, Tensor)>,
 ) -> Result<Tensor> {
     const OP: &str = "split_heads";
-    let &[b, n, w] = x.shape() else {
-        return Err(CoreError::shape(OP, "x must be 3-D", &[x.shape()]));
-    };
-    if col + heads * d > w {
-        return Err(CoreError::shape(
-            OP,
-            format!(
-                "columns {col}..{} of a width-{w} projection",
-                col + heads * d
-            ),
-            &[x.shape()],
-        ));
-    }
-    if let Some((g, _)) = norm {
-        if g.elem_count() != d {
-            return Err(CoreError::shape(
-                OP,
-                format!("norm gain must have head_dim = {d} elements"),
-                &[g.shape()],
-            ));
-        }
-    }
-    let why = "rope tables must be [>=N, R] with R even, R <= head_dim";
-    let r = match rope {
-        Some((c, s)) => rope_width(OP, why, x, n, d, c, s)?,
-        None => 0,
-    };
+    let [b, n, w] = dims3(OP, x)?;
+    let r = rope.map_or(0, |(c, _)| table_width(c));
     let out = be.alloc(&[b, heads, n, d], DType::F32)?;
     let vectors = b * heads * n;
     if vectors == 0 || d == 0 {
@@ -267,15 +192,6 @@ pub(super) fn merge_heads(
     let &[b, h, n, d] = x.shape() else {
         return Err(CoreError::shape(OP, "x must be [B, H, N, D]", &[x.shape()]));
     };
-    if let Some(m) = row_mask {
-        if m.shape() != [b, n] {
-            return Err(CoreError::shape(
-                OP,
-                format!("row mask must be [{b}, {n}]"),
-                &[m.shape()],
-            ));
-        }
-    }
     let out = be.alloc(&[b, n, h * d], DType::F32)?;
     let total = out.elem_count();
     if total == 0 {
@@ -311,48 +227,9 @@ pub(super) fn qkv_heads(
     norm: Option<&(Tensor, Tensor)>,
     rope: Option<&(Tensor, Tensor)>,
 ) -> Result<Tensor> {
-    const OP: &str = "qkv_heads";
-    let s = x.shape();
-    let bad = |why: &str| {
-        let mut shapes = vec![s];
-        if let Some((c, _)) = rope {
-            shapes.push(c.shape());
-        }
-        CoreError::shape(OP, why.to_string(), &shapes)
-    };
-    if s.len() != 3
-        || parts == 0
-        || heads == 0
-        || part >= parts
-        || !s[2].is_multiple_of(parts * heads)
-    {
-        return Err(bad("x must be [B, N, parts·H·Dh] with part < parts"));
-    }
-    let (b, n, dh) = (s[0], s[1], s[2] / (parts * heads));
-    if let Some((g, bt)) = norm {
-        if g.elem_count() != dh || bt.elem_count() != dh {
-            return Err(CoreError::shape(
-                OP,
-                "norm gamma and beta must be [Dh]",
-                &[s, g.shape(), bt.shape()],
-            ));
-        }
-    }
-    let r = match rope {
-        Some((c, sn)) => {
-            let cs = c.shape();
-            if cs.len() != 2
-                || cs[0] < n
-                || cs[1] > dh
-                || !cs[1].is_multiple_of(2)
-                || sn.shape() != cs
-            {
-                return Err(bad("cos and sin must be [>=N, R] with R even and R <= Dh"));
-            }
-            cs[1]
-        }
-        None => 0,
-    };
+    let (b, n, dh) =
+        aria_core::backend::check::qkv_dims(x, parts, part, heads, rope.map(|r| &r.0))?;
+    let r = rope.map_or(0, |(c, _)| table_width(c));
     let out = be.alloc(&[b, heads, n, dh], DType::F32)?;
     let total = out.elem_count();
     if total == 0 {
@@ -404,28 +281,7 @@ pub(super) fn apg_guidance(
     [cfg, apg, threshold]: [f32; 3],
 ) -> Result<Tensor> {
     const OP: &str = "apg_guidance";
-    let &[b, c, t] = x.shape() else {
-        return Err(CoreError::shape(OP, "x must be 3-D", &[x.shape()]));
-    };
-    if v_cond.shape() != x.shape() || v_uncond.shape() != x.shape() || sigma.len() != b {
-        return Err(CoreError::shape(
-            OP,
-            format!(
-                "x, v_cond, v_uncond must match, with {b} sigmas (got {})",
-                sigma.len()
-            ),
-            &[x.shape(), v_cond.shape(), v_uncond.shape()],
-        ));
-    }
-    if let Some(m) = mask {
-        if m.shape() != [b, t] {
-            return Err(CoreError::shape(
-                OP,
-                format!("row mask must be [{b}, {t}]"),
-                &[m.shape()],
-            ));
-        }
-    }
+    let [b, c, t] = dims3(OP, x)?;
     let out = be.alloc(x.shape(), DType::F32)?;
     if b * c * t == 0 {
         return Ok(out);

@@ -145,28 +145,9 @@ pub(super) fn to_dtype(be: &WgpuBackend, x: &Tensor, dtype: DType) -> Result<Ten
 }
 
 pub(super) fn cat(be: &WgpuBackend, xs: &[Tensor], dim: usize) -> Result<Tensor> {
-    let first = xs
-        .first()
-        .ok_or_else(|| CoreError::Invalid("cat: no tensors".into()))?;
-    let shapes: Vec<&[usize]> = xs.iter().map(|t| t.shape()).collect();
-    if dim >= first.rank() {
-        return Err(CoreError::shape("cat", format!("dim {dim}"), &shapes));
-    }
-    for t in xs {
-        let ok = t.rank() == first.rank()
-            && t.dtype() == first.dtype()
-            && t.shape()
-                .iter()
-                .zip(first.shape())
-                .enumerate()
-                .all(|(i, (a, b))| i == dim || a == b);
-        if !ok {
-            return Err(CoreError::shape("cat", "shapes or dtypes differ", &shapes));
-        }
-    }
-    let mut shape = first.shape().to_vec();
-    shape[dim] = xs.iter().map(|t| t.shape()[dim]).sum();
-    let out = be.alloc(&shape, first.dtype())?;
+    let refs: Vec<&Tensor> = xs.iter().collect();
+    let spec = aria_core::backend::check::cat_spec(&refs, dim)?;
+    let out = be.alloc(&spec.shape, spec.dtype)?;
     let mut at = 0;
     for t in xs {
         gather_into(be, t, &out, dim, at)?;
@@ -182,14 +163,8 @@ pub(super) fn pad(
     before: usize,
     after: usize,
 ) -> Result<Tensor> {
+    // Checked by the op set: `dim < rank`.
     let s = x.shape();
-    if dim >= s.len() {
-        return Err(CoreError::shape(
-            "pad",
-            format!("dimension {dim} of a rank-{} tensor", s.len()),
-            &[s],
-        ));
-    }
     if before == 0 && after == 0 {
         return contiguous(be, x);
     }
@@ -202,14 +177,8 @@ pub(super) fn pad(
 }
 
 pub(super) fn unfold(be: &WgpuBackend, x: &Tensor, k: usize) -> Result<Tensor> {
+    // Checked by the op set: `x [B, L, C]`, `k` odd.
     let s = x.shape();
-    if s.len() != 3 || k.is_multiple_of(2) {
-        return Err(CoreError::shape(
-            "unfold",
-            format!("need x [B, L, C] and an odd window (got {k})"),
-            &[s],
-        ));
-    }
     let (b, l, c) = (s[0], s[1], s[2]);
     let out = be.alloc(&[b, l, k * c], DType::F32)?;
     let total = out.elem_count();
@@ -236,21 +205,8 @@ pub(super) fn unfold(be: &WgpuBackend, x: &Tensor, k: usize) -> Result<Tensor> {
 }
 
 pub(super) fn embedding(be: &WgpuBackend, ids: &Tensor, table: &Tensor) -> Result<Tensor> {
+    // Checked by the op set: `table [V, D]`, a float dtype.
     let ts = table.shape();
-    if ts.len() != 2 {
-        return Err(CoreError::shape(
-            "embedding",
-            "table must be [V, D]",
-            &[ids.shape(), ts],
-        ));
-    }
-    if !table.dtype().is_float() {
-        return Err(CoreError::DType {
-            op: "embedding",
-            dtype: table.dtype(),
-            reason: "the table must be f32, f16 or bf16".into(),
-        });
-    }
     let (vocab, d) = (ts[0], ts[1]);
     // Ids still on the host are checked there, exactly as the CPU op checks them.
     if ids.device().is_cpu() {

@@ -4,21 +4,7 @@
 use super::{f32_in, f32_opt, f32_view2, go, go_binds, last_dim, per_chunk, with_last, Grid, NORM};
 use crate::{Bind, Uniforms, WgpuBackend};
 use aria_core::ops::RmsStyle;
-use aria_core::{CoreError, DType, Result, Tensor};
-
-/// A gain or bias must have `d` elements (the CPU op's check).
-fn check_weight(op: &'static str, x: &Tensor, w: Option<&Tensor>, d: usize) -> Result<()> {
-    if let Some(w) = w {
-        if w.elem_count() != d {
-            return Err(CoreError::shape(
-                op,
-                "weight must match the last dim",
-                &[x.shape(), w.shape()],
-            ));
-        }
-    }
-    Ok(())
-}
+use aria_core::{DType, Result, Tensor};
 
 /// Rows of `d` in `x` (0 when `d` is 0: nothing to do).
 fn row_count(x: &Tensor, d: usize) -> usize {
@@ -51,7 +37,6 @@ pub(super) fn rms_norm(
     style: RmsStyle,
 ) -> Result<Tensor> {
     let d = last_dim("rms_norm", x)?;
-    check_weight("rms_norm", x, w, d)?;
     let out = be.alloc(x.shape(), DType::F32)?;
     let rows = row_count(x, d);
     if rows == 0 {
@@ -86,8 +71,6 @@ pub(super) fn layer_norm(
     eps: f32,
 ) -> Result<Tensor> {
     let d = last_dim("layer_norm", x)?;
-    check_weight("layer_norm", x, w, d)?;
-    check_weight("layer_norm", x, b, d)?;
     let out = be.alloc(x.shape(), DType::F32)?;
     let rows = row_count(x, d);
     if rows == 0 {
@@ -122,14 +105,6 @@ pub(super) fn std_last(be: &WgpuBackend, x: &Tensor) -> Result<Tensor> {
     let l = last_dim("std_last", x)?;
     let shape = with_last(x.shape(), 1);
     let rows: usize = shape.iter().product();
-    if l == 0 && rows > 0 {
-        // The CPU op has no value for rows of nothing (its result cannot be built either).
-        return Err(CoreError::shape(
-            "std_last",
-            "rows of zero elements",
-            &[x.shape()],
-        ));
-    }
     let out = be.alloc(&shape, DType::F32)?;
     if rows == 0 {
         return Ok(out);
@@ -156,27 +131,7 @@ pub(super) fn rms_norm_modulate(
     scale_shift: Option<&(Tensor, Tensor)>,
 ) -> Result<Tensor> {
     const OP: &str = "rms_norm_modulate";
-    let &[b, n, e] = x.shape() else {
-        return Err(CoreError::shape(OP, "x must be 3-D", &[x.shape()]));
-    };
-    if gamma.elem_count() != e {
-        return Err(CoreError::shape(
-            OP,
-            "gamma must match the last dim",
-            &[x.shape(), gamma.shape()],
-        ));
-    }
-    if let Some((sc, sh)) = scale_shift {
-        for (what, t) in [("scale", sc), ("shift", sh)] {
-            if t.shape() != [b, e] {
-                return Err(CoreError::shape(
-                    OP,
-                    format!("{what} must be [{b}, {e}]"),
-                    &[t.shape()],
-                ));
-            }
-        }
-    }
+    let [b, n, e] = aria_core::backend::check::dims3(OP, "x", x)?;
     let out = be.alloc(x.shape(), DType::F32)?;
     let rows = b * n;
     if rows == 0 || e == 0 {

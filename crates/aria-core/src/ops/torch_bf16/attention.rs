@@ -3,8 +3,8 @@ use rayon::prelude::*;
 use super::{exp_u20, lanes_sum, round, LANES};
 use crate::backend::{AttnSpec, Op};
 use crate::cpu;
-use crate::ops::{f32_data, route, AttnOpts, KeyMaskMode};
-use crate::{threads, CoreError, Result, Tensor};
+use crate::ops::{f32_data, route, AttnOpts};
+use crate::{threads, Result, Tensor};
 
 /// The softmax numerators of PyTorch's CPU flash attention for one row of scaled, masked scores
 /// (`−∞` for masked keys), in place: `exp(s − max)` by [`exp_u20`] on whole 8-lane vectors and
@@ -72,22 +72,10 @@ pub fn flash_attention(
     scale: f32,
     allowed: impl Fn(usize, usize, usize) -> bool + Sync,
 ) -> Result<Tensor> {
+    crate::backend::check::flash_dims(q, k, v)?;
     let s = q.shape().to_vec();
-    let ks = k.shape();
-    if s.len() != 4 || ks.len() != 4 || v.shape() != ks || ks[..2] != s[..2] || ks[3] != s[3] {
-        return Err(CoreError::shape(
-            "torch_bf16::flash_attention",
-            "need q [B, H, N, D] and k, v [B, H, M, D]",
-            &[&s, ks, v.shape()],
-        ));
-    }
     let (b, h, n, d) = (s[0], s[1], s[2], s[3]);
-    let kn = ks[2];
-    if kn > FLASH_KV_BLOCK {
-        return Err(CoreError::Invalid(format!(
-            "torch_bf16::flash_attention: {kn} keys exceed one {FLASH_KV_BLOCK}-key block"
-        )));
-    }
+    let kn = k.shape()[2];
     let (qc, kc, vc) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
     let (qv, kv, vv) = (f32_data(&qc)?, f32_data(&kc)?, f32_data(&vc)?);
     let mut out = vec![0f32; b * h * n * d];
@@ -138,31 +126,11 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, opts: &AttnOpts<'_>) -> Res
             opts: AttnSpec::of(opts)
         }
     );
-    if opts.softcap.is_some() {
-        return Err(CoreError::Invalid(
-            "torch_bf16::attention: the flash-attention kernel has no logit soft-cap".into(),
-        ));
-    }
-    let (b, nk) = (q.shape().first().copied().unwrap_or(0), k.dim(2)?);
+    // Checked: no soft-cap, the shapes, a key mask [B, Nk] applied by exclusion.
+    let nk = k.dim(2)?;
     let valid: Option<Vec<bool>> = match opts.key_mask {
         None => None,
-        Some(m) => {
-            if m.shape() != [b, nk] {
-                return Err(CoreError::shape(
-                    "torch_bf16::attention",
-                    "key mask must be [B, Nk]",
-                    &[q.shape(), k.shape(), m.shape()],
-                ));
-            }
-            if opts.mask_mode != KeyMaskMode::Exclude {
-                return Err(CoreError::Invalid(
-                    "torch_bf16::attention: only excluded keys (KeyMaskMode::Exclude) are \
-                     reproduced"
-                        .into(),
-                ));
-            }
-            Some(f32_data(m)?.iter().map(|&x| x != 0.0).collect())
-        }
+        Some(m) => Some(f32_data(m)?.iter().map(|&x| x != 0.0).collect()),
     };
     let (left, right) = opts.window.unwrap_or((usize::MAX, usize::MAX));
     flash_attention(q, k, v, opts.scale, |bi, i, j| {
@@ -242,6 +210,7 @@ fn head_body(hd: &Head<'_>, allowed: &dyn Fn(usize, usize) -> bool, out: &mut [f
 mod tests {
     use super::*;
     use crate::ops::torch_bf16::test_values::unit;
+    use crate::ops::KeyMaskMode;
     use crate::rng::Xoshiro256pp;
 
     /// Close to a plain softmax attention; masked keys excluded; a row with no key is zero;
