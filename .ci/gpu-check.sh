@@ -3,7 +3,8 @@
 #
 # 1. prints the adapter wgpu picks (a software adapter such as llvmpipe is reported, and fails
 #    the check unless ARIA_ALLOW_SOFTWARE_ADAPTER=1);
-# 2. runs the wgpu op tests and the fixture replays (release, CI=true: a missing adapter or
+# 2. runs the op harness on wgpu (its report: worst error per op and format), the wgpu
+#    backend's own tests and the fixture replays (release, CI=true: a missing adapter or
 #    fixture fails instead of skipping);
 # 3. times the e2e bench (`cargo xtask bench e2e`) on the CPU and on wgpu for a random
 #    real-shape checkpoint, so the two can be compared in one run. Extra arguments go to the
@@ -23,8 +24,8 @@ if ! ldconfig -p 2>/dev/null | grep -q libvulkan.so.1; then
 fi
 
 echo "== adapter"
-out="$(CI=true cargo test --release -p aria-wgpu --test wgpu_linear \
-    linear_matches_cpu -- --nocapture 2>&1)" || { echo "$out"; exit 1; }
+out="$(CI=true cargo test --release -p aria-wgpu --test wgpu_backend \
+    linear_views_and_mixed_operands -- --nocapture 2>&1)" || { echo "$out"; exit 1; }
 adapter="$(echo "$out" | grep -m1 '^wgpu adapter:' || true)"
 echo "${adapter:-no adapter line}"
 if echo "$adapter" | grep -qi 'llvmpipe\|swiftshader\|software'; then
@@ -35,8 +36,8 @@ if echo "$adapter" | grep -qi 'llvmpipe\|swiftshader\|software'; then
 fi
 
 echo "== op tests and fixture replays"
-CI=true cargo test --release -p aria-wgpu \
-    --test wgpu_linear --test wgpu_ops --test wgpu_pointwise -- --nocapture
+CI=true cargo test --release -p aria-testing --test op_harness wgpu -- --nocapture
+CI=true cargo test --release -p aria-wgpu --test wgpu_backend -- --nocapture
 CI=true cargo test --release -p aria --features wgpu --test wgpu_parity -- --nocapture
 
 echo "== e2e bench"

@@ -210,6 +210,24 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 .env("CI", "true"),
             "parity tests",
         )?;
+        println!("== 2b. the op harness on CUDA (every op × format × shape against the CPU)");
+        ok(
+            cargo()
+                .args([
+                    "test",
+                    "-p",
+                    "aria-testing",
+                    "--release",
+                    "--test",
+                    "op_harness",
+                    "cuda",
+                    "--",
+                    "--nocapture",
+                ])
+                .env("ARIA_REQUIRE_CUDA", "1")
+                .env("CI", "true"),
+            "op harness",
+        )?;
     }
     println!("== 3. timing (8-step ping-pong loop on the device, batch 1)");
     let exe = crate::self_exe().map_err(|e| e.to_string())?;

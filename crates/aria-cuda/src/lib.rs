@@ -16,8 +16,9 @@
 //! `compute_90` and defines the entry points the backend launches (`.ci/cuda.sh`); launch
 //! configurations, GEMM layouts (against a column-major reference), argument structs, shape
 //! checks, the op-to-kernel routing and the unsupported-op errors are unit-tested.
-//! **Not yet run on a GPU**: the parity tests (`tests/parity_ops.rs`, `tests/parity_dit.rs`)
-//! and the graph replay test skip without a device; `cargo xtask cuda-check` runs them, with
+//! **Not yet run on a GPU**: the op harness (`aria-testing`'s `op_harness`, every op × format ×
+//! shape), the model parity test (`tests/parity_dit.rs`) and the graph replay test skip without
+//! a device; `cargo xtask cuda-check` runs them, with
 //! the timings, on a GPU machine. Ops without a device kernel (`embedding` and the PyTorch-bf16
 //! replay ops) are refused by name ([`plan::route`]). Attention runs in f32 on CUDA cores;
 //! fp16 tensor-core attention and int8 (W8A8) products are not written yet.

@@ -248,8 +248,14 @@ fn cuda_runs_the_table() {
     aria_cuda::register();
     match registry::open("cuda", &BackendOptions::default()) {
         Ok(dev) => run_table("cuda", &dev),
-        Err(e) => aria_testing::skip_for_hardware(format!(
-            "op_harness::cuda_runs_the_table: no CUDA device ({e})"
-        )),
+        Err(e) => {
+            assert!(
+                std::env::var("ARIA_REQUIRE_CUDA").as_deref() != Ok("1"),
+                "no CUDA device but ARIA_REQUIRE_CUDA=1: {e}"
+            );
+            aria_testing::skip_for_hardware(format!(
+                "op_harness::cuda_runs_the_table: no CUDA device ({e})"
+            ))
+        }
     }
 }

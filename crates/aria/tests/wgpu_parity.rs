@@ -312,7 +312,7 @@ fn e2e_pipeline_on_wgpu() {
 ///   the weight-only result; a 1.3e-4 upstream difference lands at the same level, 3.2e-3). So
 ///   the device's W8A8 is held to the CPU's own quantization error: its distance to the
 ///   weight-only result at most [`W8A8_RATIO`] × the CPU W8A8's. The kernel itself matches the
-///   CPU's on the same quantized inputs (`aria-wgpu/tests/wgpu_packed.rs`).
+///   CPU's on the same quantized inputs (the op harness, `linear_packed` in `q8_0+w8a8`).
 ///
 /// Needs the `quant` feature (on in the workspace's test run, through the `aria` program).
 #[cfg(feature = "quant")]

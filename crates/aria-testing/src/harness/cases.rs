@@ -27,6 +27,36 @@ pub(crate) fn t(shape: &[usize], seed: u32) -> Tensor {
     Tensor::from_vec(v, shape).unwrap_or_else(|_| Tensor::zeros(shape, DType::F32))
 }
 
+/// Values that exercise conversions: ties, subnormals, overflow, ±0, ±∞, NaN (`[8, 8]`).
+fn special() -> Tensor {
+    let mut v = vec![
+        0.0f32,
+        -0.0,
+        1.0,
+        -1.5,
+        65504.0,
+        65520.0,
+        1e6,
+        -1e6,
+        6.1e-5,
+        5.96e-8,
+        2.98e-8,
+        1e-9,
+        1.0 + 1.0 / 2048.0,
+        1.0 + 3.0 / 2048.0,
+        1.0 + 1.0 / 256.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::MIN_POSITIVE,
+        1e-40,
+        3.389_531_4e38,
+    ];
+    let rest = t(&[64 - v.len()], 140).to_vec_f32().unwrap_or_default();
+    v.extend(rest.iter().map(|x| x * 300.0));
+    Tensor::from_vec(v, &[8, 8]).unwrap_or_else(|_| Tensor::zeros(&[8, 8], DType::F32))
+}
+
 /// A 0/1 mask with the given entries zero.
 fn mask(shape: &[usize], zeros: &[usize]) -> Tensor {
     let n: usize = shape.iter().product();
@@ -132,7 +162,8 @@ fn packed_products(c: &mut Vec<Case>) {
         (6, 64, 48),
     ];
     let kq = [(3usize, 256usize, 8usize), (2, 512, 5)];
-    let sets: [(&'static str, Format, Compute, &[(usize, usize, usize)]); 4] = [
+    type Set<'a> = (&'static str, Format, Compute, &'a [(usize, usize, usize)]);
+    let sets: [Set<'_>; 4] = [
         ("q8_0", Format::Q8_0, Compute::WeightOnly, &q8),
         ("q8_0+w8a8", Format::Q8_0, Compute::W8A8, &q8),
         ("q4_k", Format::Q4K, Compute::WeightOnly, &kq),
@@ -572,6 +603,22 @@ fn layout_and_text(c: &mut Vec<Case>) {
                 .to_dtype(from)
                 .unwrap_or_else(|_| t(&[3, 7], 103))],
             move |_, v| v[0].to_dtype(to),
+        ));
+    }
+    for to in [DType::F16, DType::BF16] {
+        c.push(Case::new(
+            "to_dtype",
+            "f32",
+            format!("f32 → {to}: ties, subnormals, overflow, ±0, ±∞, NaN"),
+            vec![special()],
+            move |_, v| v[0].to_dtype(to),
+        ));
+        c.push(Case::new(
+            "to_dtype",
+            "f32",
+            format!("{to} → f32 of a transposed view"),
+            vec![special().to_dtype(to).unwrap_or_else(|_| special())],
+            |_, v| v[0].transpose(0, 1)?.to_dtype(DType::F32),
         ));
     }
     c.push(Case::new(

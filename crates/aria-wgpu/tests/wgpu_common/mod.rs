@@ -102,3 +102,15 @@ pub fn broadcast_view(t: &Tensor, dim: usize, n: usize) -> Tensor {
     strides[dim] = 0;
     Tensor::from_storage(t.storage().clone(), t.dtype(), shape, strides, t.offset()).unwrap()
 }
+
+/// The op harness's bound for `op` in f32 (`aria_testing::harness::TOLERANCES`).
+pub fn tol(op: &str) -> f32 {
+    tol_of(op, "f32")
+}
+
+/// The op harness's bound for `op` in `format`.
+pub fn tol_of(op: &str, format: &str) -> f32 {
+    aria_testing::harness::tolerance(op, format)
+        .unwrap_or_else(|| panic!("no row ({op}, {format}) in the op harness's table"))
+        .rel
+}
