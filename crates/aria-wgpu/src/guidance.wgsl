@@ -91,3 +91,42 @@ fn apg_guidance(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n
         o[bi * per + i] = (xs[xo + i] - d) / s;
     }
 }
+
+// CFG rescale (`ops::cfg_rescale`): one invocation per (item, position) of `v, v_cond [B, C, T]`
+// (bindings 2 and 3), `φ·v·(std_c(v_cond)/std_c(v)) + (1 − φ)·v` with unbiased standard
+// deviations over the channels, each from its mean in a second pass, in f32 (the CPU sums in
+// f64). params: 0 B·T, 1 c, 2 t, 3 φ, 4 v offset, 5 v_cond offset.
+@compute @workgroup_size(WG)
+fn cfg_rescale(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_id) lid: vec3<u32>) {
+    let r = linear_id(wg, nwg, lid);
+    if (r >= pu(0u)) { return; }
+    let c = pu(1u);
+    let t = pu(2u);
+    let phi = pf(3u);
+    let base = (r / t) * c * t + r % t;
+    let vo = pu(4u) + base;
+    let co = pu(5u) + base;
+    var mv = 0.0;
+    var mc = 0.0;
+    for (var k = 0u; k < c; k = k + 1u) {
+        mv = mv + xs[vo + k * t];
+        mc = mc + vc[co + k * t];
+    }
+    mv = mv / f32(c);
+    mc = mc / f32(c);
+    var sv = 0.0;
+    var sc = 0.0;
+    for (var k = 0u; k < c; k = k + 1u) {
+        let dv = xs[vo + k * t] - mv;
+        let dc = vc[co + k * t] - mc;
+        sv = sv + dv * dv;
+        sc = sc + dc * dc;
+    }
+    let n1 = f32(c) - 1.0;
+    let ratio = sqrt(sc / n1) / sqrt(sv / n1);
+    for (var k = 0u; k < c; k = k + 1u) {
+        let x = xs[vo + k * t];
+        o[base + k * t] = phi * (x * ratio) + (1.0 - phi) * x;
+    }
+}

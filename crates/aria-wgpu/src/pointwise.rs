@@ -122,6 +122,7 @@ pub(crate) fn run(be: &WgpuBackend, op: &Op) -> Option<Result<Tensor>> {
             norm.as_ref(),
             rope.as_ref(),
         ),
+        Op::CfgRescale { v, v_cond, phi } => heads::cfg_rescale(be, v, v_cond, *phi),
         Op::ApgGuidance {
             x,
             v_cond,

@@ -730,6 +730,17 @@ impl Op {
                 row_mask(OP, mask.as_ref(), b, t)?;
                 same(x)
             }
+            Op::CfgRescale { v, v_cond, .. } => {
+                dims3("cfg_rescale", "v", v)?;
+                if v_cond.shape() != v.shape() {
+                    return Err(CoreError::shape(
+                        "cfg_rescale",
+                        "v and v_cond must match",
+                        &[v.shape(), v_cond.shape()],
+                    ));
+                }
+                same(v)
+            }
             Op::Pad {
                 x,
                 dim,

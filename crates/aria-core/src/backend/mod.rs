@@ -35,6 +35,7 @@
 //! | `SplitHeads`, `MergeHeads` | `split_heads`, `merge_heads` | [`ops::split_heads`](crate::ops::split_heads) (QK-norm + RoPE), [`ops::merge_heads`](crate::ops::merge_heads) | DiT |
 //! | `Axpby` | `axpby` | [`ops::axpby`](crate::ops::axpby) (per-item `a·x + b·y`) | samplers |
 //! | `ApgGuidance` | `apg_guidance` | [`ops::apg_guidance`](crate::ops::apg_guidance) (CFG, APG, norm clamp) | samplers |
+//! | `CfgRescale` | `cfg_rescale` | [`ops::cfg_rescale`](crate::ops::cfg_rescale) (the guided velocity toward the conditional one's channel spread) | samplers |
 //! | `Pad` | `pad` | [`ops::pad`](crate::ops::pad) (zeros along one dimension) | SAME (patching, chunk padding) |
 //! | `RopeTable` | `rope_table` | [`ops::rope_table`](crate::ops::rope_table) (tables at absolute positions) | SAME |
 //! | `QkvHeads` | `qkv_heads` | [`ops::qkv_heads`](crate::ops::qkv_heads) (head split + DyT QK-norm + partial RoPE, one pass) | SAME |

@@ -229,6 +229,8 @@ op_set! {
     Axpby "axpby" { a: Vec<f32>, x: Tensor, b: Vec<f32>, y: Tensor },
     /// CFG with the APG projection ([`ops::apg_guidance`]).
     ApgGuidance "apg_guidance" { x: Tensor, v_cond: Tensor, v_uncond: Tensor, sigma: Vec<f32>, mask: Option<Tensor>, cfg_scale: f32, apg_scale: f32, norm_threshold: f32 },
+    /// CFG rescale toward the conditional velocity's channel spread ([`ops::cfg_rescale`]).
+    CfgRescale "cfg_rescale" { v: Tensor, v_cond: Tensor, phi: f32 },
     /// Zero padding along one dimension ([`ops::pad`]).
     Pad "pad" { x: Tensor, dim: usize, before: usize, after: usize },
     /// Rotary tables at absolute positions ([`ops::rope_table`]).
@@ -382,6 +384,7 @@ impl Op {
                 *apg_scale,
                 *norm_threshold,
             ),
+            Op::CfgRescale { v, v_cond, phi } => ops::cfg_rescale(v, v_cond, *phi),
             Op::Pad {
                 x,
                 dim,

@@ -384,6 +384,41 @@ pub fn apg_guidance(
     Tensor::from_vec(out, x.shape())
 }
 
+/// CFG rescale (the reference's `scale_phi`): the guided velocity `v [B, C, T]` pulled toward
+/// the channel spread of the conditional one, `φ·v·(std_c(v_cond)/std_c(v)) + (1 − φ)·v`, with
+/// unbiased standard deviations over the channels per item and position (computed in f64, the
+/// ratio rounded to f32).
+pub fn cfg_rescale(v: &Tensor, v_cond: &Tensor, phi: f32) -> Result<Tensor> {
+    route!(
+        "cfg_rescale",
+        [v, v_cond],
+        Op::CfgRescale {
+            v: v.clone(),
+            v_cond: v_cond.clone(),
+            phi,
+        }
+    );
+    let [nb, c, t] = dims3("cfg_rescale", "v", v)?;
+    let (vd, cd) = (f32_data(v)?, f32_data(v_cond)?);
+    let std = |d: &[f32], b: usize, p: usize| {
+        let at = |k: usize| d[(b * c + k) * t + p] as f64;
+        let mean = (0..c).map(at).sum::<f64>() / c as f64;
+        let var = (0..c).map(|k| (at(k) - mean).powi(2)).sum::<f64>() / (c as f64 - 1.0);
+        var.sqrt()
+    };
+    let mut out = vd.to_vec();
+    for b in 0..nb {
+        for p in 0..t {
+            let ratio = (std(&cd, b, p) / std(&vd, b, p)) as f32;
+            for k in 0..c {
+                let i = (b * c + k) * t + p;
+                out[i] = phi * (vd[i] * ratio) + (1.0 - phi) * vd[i];
+            }
+        }
+    }
+    Tensor::from_vec(out, v.shape())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -24,7 +24,8 @@ pub use elementwise::{
     mul_scalar, rope, rope_tables, sigmoid, silu, sin_pi, softmax_last, sub, tanh, GluAct,
 };
 pub use fused::{
-    apg_guidance, axpby, gated_residual_add, merge_heads, rms_norm_modulate, split_heads,
+    apg_guidance, axpby, cfg_rescale, gated_residual_add, merge_heads, rms_norm_modulate,
+    split_heads,
 };
 pub use layout::unfold;
 pub use linear::{linear, linear_dims, matmul};

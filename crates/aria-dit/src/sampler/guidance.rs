@@ -1,5 +1,6 @@
 //! Classifier-free guidance and APG (spec §6.4), as a function of the two velocity estimates:
-//! one op of the set ([`ops::apg_guidance`]), computed in f32 with f64 reductions.
+//! ops of the set ([`ops::apg_guidance`], then [`ops::cfg_rescale`] when `φ > 0`), computed in
+//! f32 with f64 reductions on the CPU; on a device they run there.
 
 use aria_core::{ops, Tensor};
 
@@ -87,32 +88,7 @@ pub fn guided_velocity(
     if g.cfg_rescale == 0.0 {
         return Ok(v);
     }
-    let out = rescale(&v.to_vec_f32()?, &v_c.to_vec_f32()?, s, g.cfg_rescale);
-    crate::dit::on_device(&Tensor::from_vec(out, s)?, &x.device())
-}
-
-/// Unbiased standard deviation over channels of `v [B, C, T]` at `(b, t)`, in f64.
-fn channel_std(v: &[f32], c: usize, t: usize, b: usize, p: usize) -> f64 {
-    let at = |k: usize| v[(b * c + k) * t + p] as f64;
-    let mean = (0..c).map(at).sum::<f64>() / c as f64;
-    let var = (0..c).map(|k| (at(k) - mean).powi(2)).sum::<f64>() / (c as f64 - 1.0);
-    var.sqrt()
-}
-
-/// CFG rescale of the guided velocity `v` toward the conditional one's channel spread.
-fn rescale(v: &[f32], v_c: &[f32], s: &[usize], phi: f32) -> Vec<f32> {
-    let (nb, c, t) = (s[0], s[1], s[2]);
-    let mut out = v.to_vec();
-    for b in 0..nb {
-        for p in 0..t {
-            let ratio = (channel_std(v_c, c, t, b, p) / channel_std(v, c, t, b, p)) as f32;
-            for k in 0..c {
-                let i = (b * c + k) * t + p;
-                out[i] = phi * (v[i] * ratio) + (1.0 - phi) * v[i];
-            }
-        }
-    }
-    out
+    Ok(ops::cfg_rescale(&v, v_c, g.cfg_rescale)?)
 }
 
 #[cfg(test)]

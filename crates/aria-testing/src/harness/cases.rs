@@ -541,6 +541,18 @@ fn fused(c: &mut Vec<Case>) {
             },
         ));
     }
+    for (shape, phi) in [([2usize, 64, 9], 0.7f32), ([1, 4, 3], 1.0)] {
+        c.push(Case::new(
+            "cfg_rescale",
+            "f32",
+            format!("{shape:?} φ {phi}"),
+            vec![
+                t(&shape, 91),
+                ops::mul_scalar(&t(&shape, 92), 0.5).unwrap_or_else(|_| t(&shape, 92)),
+            ],
+            move |_, v| ops::cfg_rescale(&v[0], &v[1], phi),
+        ));
+    }
     let inv = Tensor::from_vec(vec![1.0f32, 0.1], &[2]).unwrap_or_else(|_| t(&[2], 1));
     if let Ok(table) = ops::rope_table(&inv, 0, 7) {
         for part in 0..3 {
@@ -887,6 +899,11 @@ pub fn malformed() -> Vec<Malformed> {
             "apg_guidance: sigmas for another batch",
             vec![t(&[2, 3, 4], 1), t(&[2, 3, 4], 2), t(&[2, 3, 4], 3)],
             |v: &[Tensor]| ops::apg_guidance(&v[0], &v[1], &v[2], &[1.0], None, 3.0, 0.0, 0.0),
+        ),
+        m(
+            "cfg_rescale: v_cond of another shape",
+            vec![t(&[1, 4, 3], 1), t(&[1, 4, 2], 2)],
+            |v: &[Tensor]| ops::cfg_rescale(&v[0], &v[1], 0.7),
         ),
         m(
             "qkv_heads: part past the parts",

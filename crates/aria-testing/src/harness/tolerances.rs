@@ -134,6 +134,13 @@ pub const TOLERANCES: &[Tol] = &[
         and in f32 trees on a device"
     ),
     tol!(
+        "cfg_rescale",
+        "f32",
+        1e-5,
+        "channel means and spreads in f32 on a device (f64 on the CPU), then one ratio per \
+        item and position"
+    ),
+    tol!(
         "qkv_heads",
         "f32",
         1e-5,

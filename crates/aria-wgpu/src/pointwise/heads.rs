@@ -321,3 +321,37 @@ pub(super) fn apg_guidance(
     )?;
     Ok(out)
 }
+
+/// CFG rescale: one invocation per (item, position), the channel spreads in f32.
+pub(super) fn cfg_rescale(
+    be: &WgpuBackend,
+    v: &Tensor,
+    v_cond: &Tensor,
+    phi: f32,
+) -> Result<Tensor> {
+    let [b, c, t] = dims3("cfg_rescale", v)?;
+    let out = be.alloc(v.shape(), DType::F32)?;
+    let cols = b * t;
+    if cols == 0 || c == 0 {
+        return Ok(out);
+    }
+    let (vc, vo) = f32_in(be, v)?;
+    let (cc, co) = f32_in(be, v_cond)?;
+    let u = Uniforms::new()
+        .size("cols", cols)?
+        .size("c", c)?
+        .size("t", t)?
+        .f32(phi)
+        .u32(vo)
+        .u32(co);
+    go(
+        be,
+        &GUIDANCE,
+        "cfg_rescale",
+        &out,
+        &[Bind::T(&vc), Bind::T(&cc)],
+        u,
+        Grid::Elems(cols),
+    )?;
+    Ok(out)
+}
