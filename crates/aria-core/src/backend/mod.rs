@@ -159,6 +159,15 @@ pub trait Backend: Send + Sync {
         })
     }
 
+    /// The distinct rows of `x` (one of this backend's tensors), for a model to compute row-wise
+    /// results once per distinct row ([`crate::ops::distinct_rows`]). The default looks at
+    /// nothing and shares nothing (`None`): finding equal rows means reading them, which a
+    /// device keeps where it is unless its backend chooses otherwise.
+    fn distinct_rows(&self, x: &Tensor) -> Result<Option<crate::ops::DistinctRows>> {
+        let _ = x;
+        Ok(None)
+    }
+
     /// The error for an op this backend does not implement.
     fn unsupported(&self, op: &Op) -> CoreError {
         CoreError::Unsupported {

@@ -13,6 +13,7 @@ mod linear;
 mod norm;
 mod packed;
 mod pad;
+mod rows;
 mod same;
 mod text;
 pub mod torch_bf16;
@@ -33,6 +34,7 @@ pub(crate) use linear::{linear_with, pack_weight};
 pub use norm::{dyt, layer_norm, rms_norm, RmsStyle};
 pub use packed::{linear_packed, linear_packed_shape};
 pub use pad::pad;
+pub use rows::{distinct_rows, DistinctRows};
 pub use same::{qkv_heads, rope_table, std_last, HeadNorm};
 pub use text::{fill_masked_rows, fourier_features, FourierLayout};
 

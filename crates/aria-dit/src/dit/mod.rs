@@ -428,7 +428,7 @@ impl Dit {
     ) -> Result<DitContext> {
         let unique = |x: &Tensor| -> Result<Option<UniqueRows>> {
             if share_rows {
-                UniqueRows::of(x)
+                Ok(aria_core::ops::distinct_rows(x)?)
             } else {
                 Ok(None)
             }
@@ -495,7 +495,7 @@ impl Dit {
                             input_err("local_add_cond", "a layer has no to_local_embed".into())
                         })?;
                         match &ul {
-                            Some(u) => u.expand(&y),
+                            Some(u) => Ok(u.expand(&y)?),
                             None => Ok(y),
                         }
                     })

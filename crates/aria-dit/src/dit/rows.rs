@@ -1,4 +1,5 @@
-//! Conditioning rows that are equal bit for bit, projected once.
+//! Conditioning rows that are equal bit for bit, projected once ([`aria_core::ops::distinct_rows`]:
+//! found on the CPU; a device backend chooses whether it looks).
 //!
 //! Everything [`super::Dit::prepare`] computes from the context tokens and the local condition
 //! is row-wise (linear layers, SiLU, per-head norms), so rows equal bit for bit give equal
@@ -11,95 +12,14 @@
 //! (`aria_core`'s product is bit-identical for any row blocking and thread count; tested below
 //! on the fixture models against projecting every row).
 
-use aria_core::{DType, Tensor};
-
-use crate::Result;
-
-/// The distinct rows of a `[.., D]` tensor and where each of its rows went.
-pub(crate) struct UniqueRows {
-    /// The distinct rows in order of first appearance, `[1, U, D]`.
-    rows: Tensor,
-    /// For every row of the input, the index of its distinct row.
-    index: Vec<usize>,
-    /// The input's leading dimensions (without `D`).
-    lead: Vec<usize>,
-}
-
-impl UniqueRows {
-    /// The distinct rows of `x [.., D]`, or `None` where there is nothing to save: every row
-    /// distinct, `x` not an f32 tensor on the CPU (a device keeps its own data), or of rank < 2.
-    pub(crate) fn of(x: &Tensor) -> Result<Option<UniqueRows>> {
-        let s = x.shape();
-        if s.len() < 2 || x.dtype() != DType::F32 || !x.device().is_cpu() {
-            return Ok(None);
-        }
-        let d = s[s.len() - 1];
-        let n: usize = s[..s.len() - 1].iter().product();
-        if d == 0 || n < 2 {
-            return Ok(None);
-        }
-        let data = x.to_vec_f32()?;
-        let bits: Vec<u32> = data.iter().map(|v| v.to_bits()).collect();
-        let mut first: std::collections::HashMap<&[u32], usize> =
-            std::collections::HashMap::with_capacity(n);
-        let mut order: Vec<usize> = Vec::new();
-        let mut index = Vec::with_capacity(n);
-        for (r, row) in bits.chunks_exact(d).enumerate() {
-            let u = *first.entry(row).or_insert_with(|| {
-                order.push(r);
-                order.len() - 1
-            });
-            index.push(u);
-        }
-        if order.len() == n {
-            return Ok(None);
-        }
-        let mut rows = Vec::with_capacity(order.len() * d);
-        for &r in &order {
-            rows.extend_from_slice(&data[r * d..(r + 1) * d]);
-        }
-        Ok(Some(UniqueRows {
-            rows: Tensor::from_vec(rows, &[1, order.len(), d])?,
-            index,
-            lead: s[..s.len() - 1].to_vec(),
-        }))
-    }
-
-    /// The distinct rows, `[1, U, D]`.
-    pub(crate) fn rows(&self) -> &Tensor {
-        &self.rows
-    }
-
-    /// `y [1, U, N]`, computed row-wise from [`UniqueRows::rows`], copied out to every row of the
-    /// input: `[.., N]` with the input's leading dimensions.
-    pub(crate) fn expand(&self, y: &Tensor) -> Result<Tensor> {
-        let ys = y.shape();
-        let u = self.rows.shape()[1];
-        let Some(&n) = ys.last().filter(|_| ys.len() == 3 && ys[..2] == [1, u]) else {
-            return Err(aria_core::CoreError::shape(
-                "UniqueRows::expand",
-                "expected the rows' result [1, U, N]",
-                &[ys, self.rows.shape()],
-            )
-            .into());
-        };
-        let yd = y.to_vec_f32()?;
-        let mut out = Vec::with_capacity(self.index.len() * n);
-        for &i in &self.index {
-            out.extend_from_slice(&yd[i * n..(i + 1) * n]);
-        }
-        let mut shape = self.lead.clone();
-        shape.push(n);
-        Ok(Tensor::from_vec(out, &shape)?)
-    }
-}
+pub(crate) use aria_core::ops::DistinctRows as UniqueRows;
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::config::ModelConfig;
     use crate::dit::{Dit, DitConditioning, DitContext};
     use aria_core::WeightLoader;
+    use aria_core::{DType, Tensor};
     use aria_testing::fixtures::{fixture, fixture_tensors};
 
     fn bits(t: &Tensor) -> Vec<u32> {
@@ -157,7 +77,7 @@ mod tests {
             let local = get("in.sampler.cond.local_add_cond");
             let lt = local.transpose(1, 2).expect("t").contiguous().expect("c");
             assert!(
-                UniqueRows::of(&lt).expect("of").is_some(),
+                aria_core::ops::distinct_rows(&lt).expect("of").is_some(),
                 "{folder}: the fixture's local condition repeats rows"
             );
             // Crafted: a batch of two whose second half repeats the first's rows, and a run of
@@ -174,7 +94,9 @@ mod tests {
             let crafted = Tensor::from_vec(v, &[2, n, d]).expect("crafted");
             let g2 = Tensor::cat(&[&global, &global], 0).expect("g2");
             let l2 = Tensor::cat(&[&local, &local], 0).expect("l2");
-            assert!(UniqueRows::of(&crafted).expect("of").is_some());
+            assert!(aria_core::ops::distinct_rows(&crafted)
+                .expect("of")
+                .is_some());
             for (c, g, l) in [(&cross, &global, &local), (&crafted, &g2, &l2)] {
                 let cond = DitConditioning {
                     cross_attn_cond: c,
@@ -186,28 +108,5 @@ mod tests {
                 same_context(&shared, &each);
             }
         }
-    }
-
-    #[test]
-    fn distinct_rows_and_their_places() {
-        let x = Tensor::from_vec(
-            vec![1.0, 2.0, 0.0, 0.0, 1.0, 2.0, -0.0, 0.0, 0.0, 0.0],
-            &[1, 5, 2],
-        )
-        .expect("x");
-        let u = UniqueRows::of(&x).expect("of").expect("repeats");
-        // -0.0 differs from 0.0 in its bits: a row of its own.
-        assert_eq!(u.rows().shape(), [1, 3, 2]);
-        assert_eq!(u.index, [0, 1, 0, 2, 1]);
-        let y = Tensor::from_vec(vec![10.0, 20.0, 30.0], &[1, 3, 1]).expect("y");
-        let e = u.expand(&y).expect("expand");
-        assert_eq!(e.shape(), [1, 5, 1]);
-        assert_eq!(e.to_vec_f32().expect("v"), [10.0, 20.0, 10.0, 30.0, 20.0]);
-        assert!(
-            u.expand(&x).is_err(),
-            "a result of the wrong rows is refused"
-        );
-        let distinct = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2]).expect("x");
-        assert!(UniqueRows::of(&distinct).expect("of").is_none());
     }
 }
