@@ -112,7 +112,7 @@ pub fn flash_attention(
 pub const FLASH_KV_BLOCK: usize = 512;
 
 /// [`flash_attention`] as an op of the set (`torch_bf16_attention`), with the masking of
-/// [`AttnOpts`]: keys whose `key_mask` entry is 0 are excluded ([`KeyMaskMode::Exclude`], the
+/// [`AttnOpts`]: keys whose `key_mask` entry is 0 are excluded ([`KeyMaskMode::Exclude`](crate::ops::KeyMaskMode::Exclude), the
 /// only mode the kernel has) and a `window` limits query `i` to keys `i − left ..= i + right`.
 /// The kernel has no logit soft-cap (SDPA ignores it): asking for one is an error.
 pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, opts: &AttnOpts<'_>) -> Result<Tensor> {
