@@ -68,7 +68,7 @@ pub fn dispatch(mut op: Op) -> Result<Tensor> {
     }
 }
 
-fn require_float(op: &'static str, t: &Tensor) -> Result<()> {
+pub(crate) fn require_float(op: &'static str, t: &Tensor) -> Result<()> {
     if t.dtype().is_float() {
         Ok(())
     } else {

@@ -110,14 +110,4 @@ pub(crate) fn wdata<'a>(op: &'static str, t: &'a Tensor) -> Result<crate::cpu::g
     Ok(WData::from_bytes(ty, t.as_bytes()?))
 }
 
-pub(crate) fn require_float(op: &'static str, t: &Tensor) -> Result<()> {
-    if t.dtype().is_float() {
-        Ok(())
-    } else {
-        Err(CoreError::DType {
-            op,
-            dtype: t.dtype(),
-            reason: "a float tensor is required".into(),
-        })
-    }
-}
+pub(crate) use crate::backend::check::require_float;
