@@ -109,15 +109,15 @@ pub enum TextPrecision {
     /// A replay of the official bf16 arithmetic as PyTorch computes it on AVX2 CPUs
     /// (reproduces its conditioning bit for bit there).
     Bf16,
-    /// f32 arithmetic (the default where the CPU has no AVX-512 BF16; the closest to exact).
+    /// f32 arithmetic (the default where bf16 products are not faster; the closest to exact).
     F32,
-    /// f32 arithmetic with bf16 matrix-product inputs and f32 accumulation (the default where
-    /// the CPU has AVX-512 BF16 but no AMX: `vdpbf16ps`; elsewhere emulated, with the same
-    /// bits, tens of times slower than f32).
+    /// f32 arithmetic with the matrices in the bf16_panels format (bf16 product inputs, f32
+    /// accumulation) and the attention's products allowed in bf16: the CPU runs them on its
+    /// AMX tile unit where it has AMX-BF16, else with `vdpbf16ps` (AVX-512 BF16), else emulated
+    /// (the same bits as `vdpbf16ps`, tens of times slower than f32). `bf16-amx` is another
+    /// name for it: the unit is the backend's choice.
+    #[value(alias = "bf16-amx")]
     Bf16Dot,
-    /// bf16-dot's products on the AMX tile unit (the default where the CPU has AMX-BF16;
-    /// that unit's rounding; an error elsewhere).
-    Bf16Amx,
 }
 
 impl From<TextPrecision> for Precision {
@@ -126,7 +126,6 @@ impl From<TextPrecision> for Precision {
             TextPrecision::Bf16 => Precision::Bf16,
             TextPrecision::F32 => Precision::F32,
             TextPrecision::Bf16Dot => Precision::Bf16Dot,
-            TextPrecision::Bf16Amx => Precision::Bf16Amx,
         }
     }
 }
@@ -268,8 +267,8 @@ pub struct GenerateArgs {
     /// Write 16-bit PCM instead of 32-bit float (FLAC: 16 instead of 24 bits).
     #[arg(long)]
     pub pcm16: bool,
-    /// Text-encoder arithmetic (default: bf16-amx where the CPU has AMX-BF16, else bf16-dot where it
-    /// has AVX-512 BF16, else f32).
+    /// Text-encoder arithmetic (default: bf16-dot where the CPU runs it faster than f32, on an
+    /// AMX-BF16 tile unit or AVX-512 BF16 on AMD cores; else f32).
     #[arg(long, value_enum)]
     pub text_precision: Option<TextPrecision>,
     #[command(flatten)]

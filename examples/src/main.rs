@@ -125,20 +125,12 @@ fn load(model: &Option<String>, opts: &LoadOptions, ui: &Ui) -> Result<Pipeline>
     if opts.text_precision == Some(aria::pipeline::Precision::Bf16Dot)
         && opts.device == DeviceKind::Cpu
         && !aria_core::nn::Bf16DotWeight::native()
+        && !aria_core::nn::Bf16DotWeight::amx()
     {
         ui.warn(
             "--text-precision bf16-dot: this CPU has no AVX-512 BF16, so its bf16 products are \
              emulated (the same bits, but tens of times slower than --text-precision f32).",
         );
-    }
-    if opts.text_precision == Some(aria::pipeline::Precision::Bf16Amx)
-        && (opts.device != DeviceKind::Cpu || !aria_core::nn::Bf16DotWeight::amx())
-    {
-        return Err(Error::Input(
-            "--text-precision bf16-amx needs the CPU device and a CPU with an AMX-BF16 tile unit \
-             (this one has none, or the OS does not grant it); use bf16-dot or f32"
-                .into(),
-        ));
     }
     let pb = ui.spinner(&format!("loading {}", files.dir.display()));
     let p = Pipeline::load(&files, opts);

@@ -403,9 +403,9 @@ fn child(model: &Path, seconds: &str, reps: usize) -> Result<(), String> {
     replay.encode_prompts(&[PROMPT]).map_err(|x| e(&x))?;
     let t_replay = best_of(reps, || replay.encode_prompts(&[PROMPT]).map_err(|x| e(&x)))?;
     println!("RESULT text_replay={t_replay:.4}");
-    // The other paths that run natively here: f32 arithmetic, bf16 products with `vdpbf16ps`,
-    // on the AMX unit (not timed where bf16 products would only be emulated: tens of times
-    // slower, and never chosen by default there).
+    // The other paths that run natively here: f32 arithmetic, bf16 products (on the AMX unit
+    // where the CPU has one, else `vdpbf16ps`; not timed where they would only be emulated:
+    // tens of times slower, and never chosen by default there).
     use aria::pipeline::Precision as P;
     let default = text.prompt().encoder().precision();
     for (alt, tag, runs) in [
@@ -413,9 +413,8 @@ fn child(model: &Path, seconds: &str, reps: usize) -> Result<(), String> {
         (
             P::Bf16Dot,
             "bf16dot",
-            aria_core::nn::Bf16DotWeight::native(),
+            aria_core::nn::Bf16DotWeight::native() || aria_core::nn::Bf16DotWeight::amx(),
         ),
-        (P::Bf16Amx, "bf16amx", aria_core::nn::Bf16DotWeight::amx()),
     ] {
         if !runs || alt == default {
             continue;
@@ -428,8 +427,8 @@ fn child(model: &Path, seconds: &str, reps: usize) -> Result<(), String> {
     }
     let tag = match default {
         P::F32 => "f32",
+        P::Bf16Dot if aria_core::nn::Bf16DotWeight::amx() => "bf16-amx",
         P::Bf16Dot => "bf16-dot",
-        P::Bf16Amx => "bf16-amx",
         P::Bf16 => "bf16",
     };
     println!("RESULT text_default_{tag}=1");
@@ -669,10 +668,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
         for (label, k) in [
             ("text encode (aria: f32)", "text_f32"),
             (
-                "text encode (aria: bf16 products, vdpbf16ps)",
+                "text encode (aria: bf16-dot, on the CPU's unit for it)",
                 "text_bf16dot",
             ),
-            ("text encode (aria: bf16 products, AMX)", "text_bf16amx"),
             (
                 "text encode (aria default, pages released before)",
                 "text_released",

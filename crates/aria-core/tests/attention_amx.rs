@@ -166,6 +166,7 @@ fn amx_attention_is_accurate_and_thread_invariant() {
                 key_mask: m.as_ref(),
                 mask_mode: mode,
                 window,
+                bf16_products: false,
             };
             let run = |n: usize| {
                 threads::with_threads(n, || ops::attention_amx(&q, &k, &v, &opts))

@@ -224,6 +224,7 @@ fn attention_all_paths() {
                         key_mask: mask.then_some(&mask_t),
                         mask_mode: mode,
                         window,
+                        bf16_products: false,
                     };
                     let want = attn_ref(&q, &k, &v, dm, &opts, mask.then_some(&maskv[..]));
                     let what = format!(

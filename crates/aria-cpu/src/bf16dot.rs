@@ -183,6 +183,32 @@ pub fn amx_available() -> bool {
     }
 }
 
+thread_local! {
+    static TILES_OFF: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether bf16 products started on this thread take the AMX tile unit: [`amx_available`],
+/// unless [`without_tiles`] turned it off here. This is the CPU backend's choice for bf16
+/// products (weights in bf16 panels, attention allowed bf16 products); models never make it.
+pub fn use_tiles() -> bool {
+    amx_available() && !TILES_OFF.with(|c| c.get())
+}
+
+/// Run `f` with the AMX tile unit left out of the bf16 products it starts on this thread
+/// (`vdpbf16ps` or its emulation instead; restored afterwards, also on unwinding): for
+/// comparing the two units on one machine.
+pub fn without_tiles<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let prev = self.0;
+            TILES_OFF.with(|c| c.set(prev));
+        }
+    }
+    let _restore = Restore(TILES_OFF.with(|c| c.replace(true)));
+    f()
+}
+
 /// Whether CPUID reports AMX-TILE and AMX-BF16, whether or not the OS grants the tile state:
 /// where this holds and [`amx_available`] does not, the OS refused the tile unit.
 pub fn amx_in_cpuid() -> bool {

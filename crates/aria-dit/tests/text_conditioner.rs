@@ -194,10 +194,7 @@ fn truncated_encode(model: &str) {
     let Some((mut cond, _)) = load(model) else {
         return;
     };
-    let mut precisions = vec![Precision::F32, Precision::Bf16Dot];
-    if aria_core::nn::Bf16DotWeight::amx() {
-        precisions.push(Precision::Bf16Amx);
-    }
+    let precisions = vec![Precision::F32, Precision::Bf16Dot];
     let batches: [&[&str]; 5] = [
         &["rain", "lofi house loop"],
         &["", "tape hiss"],

@@ -1,6 +1,7 @@
 //! The T5Gemma encoder and the text conditioner with weights and activations resident on the
 //! counting test backend: no download before the final output, no CPU operand passed to a
-//! device op, and results bit-identical to the CPU path, in both compute precisions.
+//! device op, and results bit-identical to the CPU path, in every compute precision (bf16-dot
+//! included: its matrices travel in the `bf16_panels` weight format).
 #![allow(clippy::unwrap_used)]
 
 use aria_core::{Tensor, WeightLoader};
@@ -44,25 +45,32 @@ fn encoder_resident(precision: Precision) {
     enc.set_precision(precision);
     let ids = t.get_any("input_ids").unwrap();
     let mask = t.get_any("attention_mask").unwrap();
-    let want = bits(&enc.forward(&ids, &mask).unwrap());
+    // The counting backend runs the op set's reference; where the CPU would take its AMX tile
+    // unit for bf16 products (its own rounding), both sides leave it out.
+    use aria_core::cpu::bf16dot::without_tiles as no_tiles;
+    let want = bits(&no_tiles(|| enc.forward(&ids, &mask)).unwrap());
 
     let be = CountingBackend::new();
     let dev = be.device();
     enc.to_device(&dev).unwrap();
+    // bf16-dot packs its matrices for the device here, before the forward.
+    let packed = enc.prepare().unwrap();
+    assert_eq!(packed > 0, precision == Precision::Bf16Dot);
     let (ids, mask) = (dev.put(&ids).unwrap(), dev.put(&mask).unwrap());
     be.reset();
-    let out = enc.forward(&ids, &mask).unwrap();
+    let out = no_tiles(|| enc.forward(&ids, &mask)).unwrap();
     let c = be.counts();
     check_resident(&format!("T5Gemma {precision:?}"), &c);
     assert_eq!(c.uploads, 0, "the inputs were uploaded before the forward");
     let layers = enc.config().num_hidden_layers;
-    // Seven projections per layer, through the op of the precision.
-    let lin = match precision {
-        Precision::F32 => "linear",
-        Precision::Bf16 => "torch_bf16_linear",
-        Precision::Bf16Dot | Precision::Bf16Amx => unreachable!("bf16 panels are CPU only"),
+    // Seven projections per layer, through the op of the precision (bf16-dot: four products,
+    // the query, key and value projections stacked, and the up and gate ones).
+    let (lin, per_layer) = match precision {
+        Precision::F32 => ("linear", 7),
+        Precision::Bf16 => ("torch_bf16_linear", 7),
+        Precision::Bf16Dot => ("linear_packed", 4),
     };
-    assert_eq!(c.ops.get(lin), Some(&(7 * layers)), "{:?}", c.ops);
+    assert_eq!(c.ops.get(lin), Some(&(per_layer * layers)), "{:?}", c.ops);
     assert!(!out.device().is_cpu());
     let got = bits(&out.to_cpu().unwrap());
     assert_eq!(be.counts().downloads, 1);
@@ -74,24 +82,25 @@ fn encoder_resident(precision: Precision) {
     );
 }
 
-/// bf16-dot products run on the CPU only: an encoder moved to a device backend says so.
 #[test]
-fn t5gemma_bf16_dot_refuses_a_device() {
+fn t5gemma_bf16_dot_stays_on_device() {
+    encoder_resident(Precision::Bf16Dot);
+}
+
+/// A backend without the `bf16_panels` format refuses bf16-dot naming the format and the
+/// formats it has, before any product runs.
+#[test]
+fn t5gemma_bf16_dot_refused_by_a_backend_without_the_format() {
     let Some(dir) = fixture("sa3-tiny/t5gemma-b-b-ul2") else {
         return;
     };
-    let t = fixture_tensors("sa3-tiny/text.safetensors")
-        .unwrap()
-        .unwrap();
     let mut enc = T5GemmaEncoder::load(dir).unwrap();
     enc.set_precision(Precision::Bf16Dot);
-    let be = CountingBackend::new();
-    let dev = be.device();
-    enc.to_device(&dev).unwrap();
-    let ids = dev.put(&t.get_any("input_ids").unwrap()).unwrap();
-    let mask = dev.put(&t.get_any("attention_mask").unwrap()).unwrap();
-    let e = enc.forward(&ids, &mask).unwrap_err().to_string();
-    assert!(e.contains("runs on the CPU"), "{e}");
+    let be = aria_testing::counting::CountingBackend::without_packed();
+    enc.to_device(&be.device()).unwrap();
+    let e = enc.prepare().unwrap_err().to_string();
+    assert!(e.contains("bf16_panels"), "{e}");
+    assert!(e.contains("formats here: none"), "{e}");
 }
 
 #[test]

@@ -40,6 +40,8 @@ impl Counts {
 #[derive(Clone, Default)]
 pub struct CountingBackend {
     counts: Arc<Mutex<Counts>>,
+    /// No packed weight format (a backend that runs dense weights only).
+    dense_only: bool,
 }
 
 impl std::fmt::Debug for CountingBackend {
@@ -71,6 +73,15 @@ impl CountingBackend {
     /// A new backend with zero counts.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A backend with no packed weight format, as a device that runs dense weights only: for
+    /// the refusals a packed layer gets there.
+    pub fn without_packed() -> Self {
+        CountingBackend {
+            dense_only: true,
+            ..Self::default()
+        }
     }
 
     /// The device to move tensors to.
@@ -147,19 +158,26 @@ impl Backend for CountingBackend {
         }
     }
 
-    /// `q8_0`, weight-only and W8A8: the blocks are kept as they are and run by the op set's CPU
-    /// reference (`ops::linear_packed`).
+    /// `q8_0` (weight-only and W8A8) and `bf16_panels`: the blocks are kept as they are and run
+    /// by the op set's CPU reference (`ops::linear_packed`).
     fn packed_formats(&self) -> Vec<(WeightFormat, bool)> {
-        vec![(WeightFormat::Q8_0, true)]
+        if self.dense_only {
+            return Vec::new();
+        }
+        vec![
+            (WeightFormat::Q8_0, true),
+            (WeightFormat::Bf16Panels, false),
+        ]
     }
 
     fn upload_packed(&self, w: &PackedBlocks) -> Result<Tensor> {
-        if w.format != WeightFormat::Q8_0 {
+        if self.dense_only || !matches!(w.format, WeightFormat::Q8_0 | WeightFormat::Bf16Panels) {
             return Err(aria_core::CoreError::Backend {
                 backend: NAME.into(),
                 reason: format!(
-                    "no kernel for packed {} weights (formats here: q8_0, q8_0+w8a8)",
-                    w.format
+                    "no kernel for packed {} weights (formats here: {})",
+                    w.format,
+                    aria_core::backend::format_list(&self.packed_formats())
                 ),
             });
         }

@@ -87,7 +87,7 @@ pub fn model_info(files: &ModelFiles) -> Result<ModelInfo> {
     };
     let default = crate::pipeline::default_text_precision(crate::pipeline::DeviceKind::Cpu);
     let arith = match default {
-        aria_dit::t5gemma::Precision::Bf16Amx => {
+        aria_dit::t5gemma::Precision::Bf16Dot if aria_core::cpu::bf16dot::use_tiles() => {
             "bf16 products with f32 accumulation on the AMX tile unit (this CPU has AMX-BF16; \
              --text-precision f32 computes in f32)"
         }

@@ -82,6 +82,20 @@ impl Device {
         matches!(self, Device::Cpu)
     }
 
+    /// Whether this device runs products on weights in `format` faster than on dense f32
+    /// weights: on the CPU, `bf16_panels` where the AMX tile unit is granted or `vdpbf16ps`
+    /// outruns f32 FMA ([`Bf16DotWeight::faster_than_f32`](crate::nn::Bf16DotWeight::faster_than_f32));
+    /// on a backend, [`Backend::faster_than_f32`].
+    pub fn faster_than_f32(&self, format: crate::nn::WeightFormat) -> bool {
+        match self {
+            Device::Cpu => {
+                format == crate::nn::WeightFormat::Bf16Panels
+                    && crate::nn::Bf16DotWeight::faster_than_f32()
+            }
+            Device::Backend(b) => b.faster_than_f32(format),
+        }
+    }
+
     /// Move a tensor to this device.
     pub fn put(&self, t: &Tensor) -> Result<Tensor> {
         match (self, t.device()) {
@@ -143,6 +157,14 @@ pub trait Backend: Send + Sync {
     /// The default: none (a packed layer cannot move to this backend).
     fn packed_formats(&self) -> Vec<(crate::nn::WeightFormat, bool)> {
         Vec::new()
+    }
+
+    /// Whether this backend runs products on weights in `format` faster than on dense f32
+    /// weights: what a caller asks before choosing a faster, less exact precision mode for a
+    /// model part (the default: no format).
+    fn faster_than_f32(&self, format: crate::nn::WeightFormat) -> bool {
+        let _ = format;
+        false
     }
 
     /// Pack a weight's blocks into this backend's own layout, on the device; the tensor comes

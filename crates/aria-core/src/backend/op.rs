@@ -61,6 +61,8 @@ pub struct AttnSpec {
     pub mask_mode: KeyMaskMode,
     /// See [`AttnOpts::window`].
     pub window: Option<(usize, usize)>,
+    /// See [`AttnOpts::bf16_products`].
+    pub bf16_products: bool,
 }
 
 impl AttnSpec {
@@ -72,6 +74,7 @@ impl AttnSpec {
             key_mask: o.key_mask.cloned(),
             mask_mode: o.mask_mode,
             window: o.window,
+            bf16_products: o.bf16_products,
         }
     }
 
@@ -83,6 +86,7 @@ impl AttnSpec {
             key_mask: self.key_mask.as_ref(),
             mask_mode: self.mask_mode,
             window: self.window,
+            bf16_products: self.bf16_products,
         }
     }
 }

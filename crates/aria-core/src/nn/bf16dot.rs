@@ -5,7 +5,7 @@ use crate::cpu::gemm::WData;
 use crate::ops::f32_data;
 use crate::{cpu, threads, CoreError, Device, Result, Tensor};
 
-use super::PackedWeight;
+use super::{PackedBlocks, PackedWeight, WeightFormat};
 
 /// A weight matrix `[out, in]` in bf16 panels for the CPU product of
 /// [`aria_core::cpu::bf16dot`](crate::cpu::bf16dot): activations rounded to bf16, products of
@@ -118,11 +118,12 @@ impl Bf16DotWeight {
         bf16dot::native()
     }
 
-    /// Whether this CPU runs the product faster than f32 FMA ([`bf16dot::beats_f32`]: AVX-512
-    /// BF16 on an AMD core, where `vdpbf16ps` runs at twice the f32 rate; Intel cores run it at
-    /// half the f32 rate).
+    /// Whether this CPU runs the product faster than f32 FMA: on the AMX tile unit where it is
+    /// granted (several times the `vdpbf16ps` rate), or with `vdpbf16ps` on an AMD core
+    /// ([`bf16dot::beats_f32`]: twice the f32 rate there; Intel cores run it at half the f32
+    /// rate).
     pub fn faster_than_f32() -> bool {
-        bf16dot::beats_f32()
+        bf16dot::amx_available() || bf16dot::beats_f32()
     }
 
     /// Whether this CPU runs [`Bf16DotWeight::linear_amx`] on the AMX tile unit (AMX-BF16, and
@@ -148,7 +149,7 @@ impl Bf16DotWeight {
 
 impl PackedWeight for Bf16DotWeight {
     fn format(&self) -> &str {
-        "bf16-dot/v1"
+        "bf16_panels/v1"
     }
 
     fn shape(&self) -> [usize; 2] {
@@ -159,13 +160,39 @@ impl PackedWeight for Bf16DotWeight {
         self.panels.nbytes()
     }
 
+    /// The CPU's choice of unit: the AMX tile unit where [`bf16dot::use_tiles`] holds (its own
+    /// rounding inside each tile product), else `vdpbf16ps` on the AVX-512 path, else its scalar
+    /// emulation (the same bits as `vdpbf16ps`, and as the op set's reference
+    /// [`ops::linear_packed`](crate::ops::linear_packed)).
     fn linear(&self, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
-        let kernel = if cpu::current() == cpu::Isa::Avx512 {
-            bf16dot::Kernel::Native
-        } else {
-            bf16dot::Kernel::Emulated
+        let kernel = match cpu::current() {
+            cpu::Isa::Avx512 if bf16dot::use_tiles() => bf16dot::Kernel::Amx,
+            cpu::Isa::Avx512 => bf16dot::Kernel::Native,
+            _ => bf16dot::Kernel::Emulated,
         };
         self.product(kernel, x, bias)
+    }
+
+    /// The bf16 pairs of every row (`U8 [out, ⌈in / 2⌉ · 4]`), the format's reference layout.
+    fn blocks(&self) -> Option<PackedBlocks> {
+        let [n, k] = self.panels.shape();
+        let row_bytes = k.div_ceil(2) * 4;
+        let mut data = vec![0u8; n * row_bytes];
+        let mut row = vec![0f32; k];
+        for (i, out) in data.chunks_exact_mut(row_bytes.max(1)).enumerate().take(n) {
+            self.panels.row(i, &mut row);
+            for (o, v) in out.chunks_exact_mut(2).zip(&row) {
+                o.copy_from_slice(&to_bf16(*v).to_le_bytes());
+            }
+        }
+        let data = Tensor::from_vec(data, &[n, row_bytes]).ok()?;
+        Some(PackedBlocks {
+            format: WeightFormat::Bf16Panels,
+            w8a8: false,
+            rows: n,
+            cols: k,
+            data,
+        })
     }
 
     fn dequantize(&self) -> Result<Tensor> {
@@ -271,7 +298,7 @@ mod tests {
                 .expect("cast");
             let p = Bf16DotWeight::pack(&w).expect("pack");
             assert_eq!(p.shape(), [n, k]);
-            assert_eq!(p.format(), "bf16-dot/v1");
+            assert_eq!(p.format(), "bf16_panels/v1");
             let y = p.linear(&x, Some(&b)).expect("linear");
             assert_eq!(y.shape(), &[3, 3, n]);
             let y = y.to_vec_f32().expect("v");

@@ -18,15 +18,23 @@ pub enum WeightFormat {
     Q4K,
     /// 6-bit k-quant super-blocks of 256 (210 bytes).
     Q6K,
+    /// bf16 weights for bf16 products with f32 accumulation: the activations are rounded to
+    /// bf16 (nearest even) and each output sums the products of bf16 pairs in f32, pair by
+    /// pair (`vdpbf16ps`'s arithmetic). Blocks are pairs of bf16 (4 bytes, little-endian, the
+    /// odd last weight of a row paired with 0). The CPU packs them into panels at load
+    /// ([`Bf16DotWeight`](super::Bf16DotWeight)) and runs them on the AMX tile unit where it
+    /// has one.
+    Bf16Panels,
 }
 
 impl WeightFormat {
-    /// The format's name (`q8_0`, `q4_k`, `q6_k`).
+    /// The format's name (`q8_0`, `q4_k`, `q6_k`, `bf16_panels`).
     pub fn name(self) -> &'static str {
         match self {
             WeightFormat::Q8_0 => "q8_0",
             WeightFormat::Q4K => "q4_k",
             WeightFormat::Q6K => "q6_k",
+            WeightFormat::Bf16Panels => "bf16_panels",
         }
     }
 
@@ -35,6 +43,7 @@ impl WeightFormat {
         match self {
             WeightFormat::Q8_0 => 32,
             WeightFormat::Q4K | WeightFormat::Q6K => 256,
+            WeightFormat::Bf16Panels => 2,
         }
     }
 
@@ -44,6 +53,7 @@ impl WeightFormat {
             WeightFormat::Q8_0 => 34,
             WeightFormat::Q4K => 144,
             WeightFormat::Q6K => 210,
+            WeightFormat::Bf16Panels => 4,
         }
     }
 }

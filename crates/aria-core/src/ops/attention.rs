@@ -34,6 +34,12 @@ pub struct AttnOpts<'a> {
     pub mask_mode: KeyMaskMode,
     /// Band: query `i` sees keys `j` with `i - left <= j <= i + right` (self-attention).
     pub window: Option<(usize, usize)>,
+    /// The two products may round `q`, `k`, the probabilities and `v` to bf16 (f32
+    /// accumulation; scaling, masking and the softmax stay f32). A permission, not an order: a
+    /// backend takes it where it has a faster unit for bf16 products (the CPU: the AMX tile
+    /// unit, see [`attention_amx`]) and computes in f32 elsewhere. Models set it for a bf16
+    /// precision mode; they never ask which unit runs it.
+    pub bf16_products: bool,
 }
 
 impl<'a> AttnOpts<'a> {
@@ -45,6 +51,7 @@ impl<'a> AttnOpts<'a> {
             key_mask: None,
             mask_mode: KeyMaskMode::ZeroValues,
             window: None,
+            bf16_products: false,
         }
     }
 }
@@ -70,6 +77,11 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, opts: &AttnOpts<'_>) -> Res
             opts: AttnSpec::of(opts)
         }
     );
+    // The CPU takes the bf16 permission on the AMX tile unit only (elsewhere f32 is as fast).
+    #[cfg(target_arch = "x86_64")]
+    if opts.bf16_products && cpu::current() == cpu::Isa::Avx512 && cpu::bf16dot::use_tiles() {
+        return attention_amx(q, k, v, opts);
+    }
     attention_impl(q, k, None, v, opts)
 }
 

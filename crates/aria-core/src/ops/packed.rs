@@ -1,5 +1,6 @@
 //! [`linear_packed`]: the product with a packed weight, as an op of the set (so a backend that
-//! packs the format at upload runs it), with its check step and the `q8_0` CPU reference.
+//! packs the format at upload runs it), with its check step and the `q8_0` and `bf16_panels`
+//! CPU references.
 
 use super::{f32_data, route};
 use crate::backend::Op;
@@ -59,9 +60,10 @@ pub fn linear_packed_shape(
 /// activations are quantized per token to int8 (`s = max|x|/127`, ties to even, ±127) and each
 /// block's products summed exactly in integers.
 ///
-/// On a device the backend runs it. On the CPU this is the reference (`q8_0` only): each
-/// output is `Σ_blocks d·(Σ x·q)` (W8A8: `s·Σ_blocks d·Σ q_x·q`) in block order, plus the
-/// bias. Layers on the CPU run their packed weights through the format's own fast kernels
+/// On a device the backend runs it. On the CPU this is the reference for `q8_0` and
+/// `bf16_panels`: a `q8_0` output is `Σ_blocks d·(Σ x·q)` (W8A8: `s·Σ_blocks d·Σ q_x·q`) in block
+/// order, plus the bias; a `bf16_panels` output is the bf16 pair products of the rounded
+/// activations summed in f32 pair by pair (the scalar statement of `vdpbf16ps`), plus the bias. Layers on the CPU run their packed weights through the format's own fast kernels
 /// (`aria-quant`), which agree with this within rounding.
 pub fn linear_packed(
     x: &Tensor,
@@ -85,11 +87,15 @@ pub fn linear_packed(
     );
     let out_shape = linear_packed_shape(x, format, w8a8, shape, b)?;
     let [rows, cols] = shape;
-    if format != WeightFormat::Q8_0 {
-        return Err(CoreError::Unsupported {
-            op: "linear_packed",
-            backend: format!("cpu reference ({format}: run it through the format's kernels)"),
-        });
+    match format {
+        WeightFormat::Q8_0 => {}
+        WeightFormat::Bf16Panels => return bf16_panels_reference(x, w, shape, b, &out_shape),
+        WeightFormat::Q4K | WeightFormat::Q6K => {
+            return Err(CoreError::Unsupported {
+                op: "linear_packed",
+                backend: format!("cpu reference ({format}: run it through the format's kernels)"),
+            })
+        }
     }
     let row_bytes = cols.div_ceil(32) * 34;
     if w.dtype() != DType::U8 || w.shape() != [rows, row_bytes] {
@@ -163,4 +169,37 @@ fn quantize_row(x: &[f32], q: &mut [i8]) -> f32 {
         *o = ((v * inv).round_ties_even() as i32).clamp(-127, 127) as i8;
     }
     amax / 127.0
+}
+
+/// The `bf16_panels` reference: the blocks (`U8 [rows, ⌈cols / 2⌉ · 4]`, bf16 pairs) packed into
+/// panels and multiplied by the scalar emulation of `vdpbf16ps`, the arithmetic the format
+/// documents (the CPU's `vdpbf16ps` kernel gives the same bits).
+fn bf16_panels_reference(
+    x: &Tensor,
+    w: &Tensor,
+    [rows, cols]: [usize; 2],
+    b: Option<&Tensor>,
+    out_shape: &[usize],
+) -> Result<Tensor> {
+    use crate::cpu::bf16dot::{matmul_vec, Bf16Panels, Kernel};
+    let row_bytes = cols.div_ceil(2) * 4;
+    if w.dtype() != DType::U8 || w.shape() != [rows, row_bytes] {
+        return Err(CoreError::shape(
+            "linear_packed",
+            "bf16_panels blocks must be U8 [rows, ⌈cols / 2⌉ · 4]",
+            &[w.shape(), &[rows, row_bytes]],
+        ));
+    }
+    let wb = w.contiguous()?.to_vec::<u8>()?;
+    let panels = Bf16Panels::from_pairs(rows, cols, |row, out| {
+        let r = &wb[row * row_bytes..(row + 1) * row_bytes];
+        for (o, c) in out.iter_mut().zip(r.chunks_exact(4)) {
+            *o = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        }
+    });
+    let xd = f32_data(x)?;
+    let m = xd.len().checked_div(cols).unwrap_or(0);
+    let bd = b.map(f32_data).transpose()?;
+    let out = matmul_vec(Kernel::Emulated, m, &xd, cols, &panels, bd.as_deref());
+    Tensor::from_vec(out, out_shape)
 }

@@ -16,24 +16,18 @@ pub enum Precision {
     /// arithmetic.
     #[default]
     F32,
-    /// f32 arithmetic except inside the matrix products, whose inputs are rounded to bf16 and
-    /// multiplied in pairs with f32 accumulation
-    /// ([`aria_core::nn::Bf16DotWeight`]: `vdpbf16ps` on CPUs with AVX-512 BF16, twice the f32
-    /// rate there; elsewhere a bit-identical scalar emulation, tens of times slower than
-    /// [`Precision::F32`], for reproducing results across machines). The fastest path where the CPU
-    /// has the instruction (the pipeline's default there), and still closer to exact arithmetic
-    /// than the reference's bf16 path. CPU only.
+    /// f32 arithmetic except inside the matrix products, whose weights are held in the
+    /// `bf16_panels` format ([`aria_core::nn::WeightFormat::Bf16Panels`]: inputs rounded to
+    /// bf16, pairs multiplied with f32 accumulation), and the attention's products, which the
+    /// backend may round to bf16 too ([`aria_core::ops::AttnOpts::bf16_products`]). The backend
+    /// picks the unit: the CPU runs the matrices on the AMX tile unit where it has AMX-BF16 (its
+    /// own rounding inside each tile product; the attention's products there too; 5.3e-3 from
+    /// an fp64 evaluation on the fixtures, where the reference's bf16 default is at 8.0e-3),
+    /// else with `vdpbf16ps` (AVX-512 BF16; twice the f32 rate on AMD cores), else in a
+    /// bit-identical scalar emulation of it (tens of times slower than [`Precision::F32`]).
+    /// The same bits for any thread count. The pipeline's default where the CPU runs it faster
+    /// than f32, and still closer to exact arithmetic than the reference's bf16 path.
     Bf16Dot,
-    /// [`Precision::Bf16Dot`]'s products (the same packed bf16 panels, inputs rounded to bf16,
-    /// f32 accumulation in the same order per output) on the AMX tile unit of CPUs with
-    /// AMX-BF16 ([`aria_core::nn::Bf16DotWeight::linear_amx`], several times the `vdpbf16ps`
-    /// rate), and the attention's two products there too ([`aria_core::ops::attention_amx`]:
-    /// queries, keys, probabilities and values rounded to bf16, as the reference's bf16 path
-    /// rounds them; softmax in f32). The unit rounds inside each tile product in its own way,
-    /// so the bits are those of that unit (the same for any thread count); 5.3e-3 from an fp64
-    /// evaluation on the fixtures, where the reference's bf16 default is at 8.0e-3. The
-    /// pipeline's default where the CPU has the unit; an error to encode with elsewhere.
-    Bf16Amx,
     /// A replay of PyTorch's bf16 CPU arithmetic on AVX2-class CPUs (no AVX-512 BF16), bit for
     /// bit: every result rounded to bf16 where its kernels round, in their summation orders
     /// (see [`aria_core::ops::torch_bf16`]). It reproduces the reference's conditioning
@@ -44,9 +38,9 @@ pub enum Precision {
 
 impl Precision {
     /// Whether the encoder multiplies on weights packed into bf16 panels
-    /// ([`Precision::Bf16Dot`], [`Precision::Bf16Amx`]).
+    /// ([`Precision::Bf16Dot`]).
     pub fn packs_bf16(self) -> bool {
-        matches!(self, Precision::Bf16Dot | Precision::Bf16Amx)
+        self == Precision::Bf16Dot
     }
 }
 

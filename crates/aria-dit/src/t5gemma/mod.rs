@@ -22,12 +22,12 @@
 //! ([`Precision::F32`]): bf16 weights are widened to f32 inside the matrix products with f32
 //! accumulation, the closest to exact arithmetic (it differs from an fp64 evaluation by ~4e-5
 //! relative where the reference's bf16 path differs by ~8e-3). [`Precision::Bf16Dot`] keeps f32
-//! everywhere but rounds the inputs of the matrix products to bf16 and multiplies them in pairs
-//! with f32 accumulation (`vdpbf16ps` where the CPU has AVX-512 BF16, at twice the f32 rate;
-//! the matrices are packed once into bf16 panels, [`T5GemmaEncoder::prepare`]); it is what the
-//! pipeline runs by default on such CPUs without an AMX unit. [`Precision::Bf16Amx`] runs the
-//! same products on the AMX tile unit (the default where the CPU has AMX-BF16), with that
-//! unit's rounding, and the attention's products there too (bf16 inputs, f32 softmax). [`Precision::Bf16`] replays the reference's bf16 arithmetic as
+//! everywhere but holds the matrices in the `bf16_panels` weight format
+//! ([`WeightFormat::Bf16Panels`](aria_core::nn::WeightFormat::Bf16Panels), packed once,
+//! [`T5GemmaEncoder::prepare`]) and lets the attention's products round to bf16
+//! ([`AttnOpts::bf16_products`]): the backend picks the unit (the CPU: the AMX tile unit where it
+//! has one, else `vdpbf16ps`, else its emulation), the encoder never asks which.
+//! [`Precision::Bf16`] replays the reference's bf16 arithmetic as
 //! PyTorch computes it on AVX2-class CPUs (f32 kernels, every result rounded to bf16 where
 //! PyTorch's CPU kernels round, in their summation orders: the ops of
 //! [`aria_core::ops::torch_bf16`]), so that a whole `generate()` can be replayed exactly; it is
@@ -50,7 +50,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use aria_core::nn::{Bf16DotWeight, Bias, Linear, PackedWeight};
+use aria_core::nn::{Bf16DotWeight, Bias, Linear, Weight};
 use aria_core::ops::{self, torch_bf16, AttnOpts, KeyMaskMode, RmsStyle};
 use aria_core::{DType, Device, Tensor, WeightLoader};
 
@@ -175,40 +175,50 @@ impl RopeTables {
     }
 }
 
-/// One layer's matrices packed for [`Precision::Bf16Dot`] and [`Precision::Bf16Amx`]: the query, key and value
-/// projections as one product, the output projection, the MLP's up and gate projections as one
-/// product (`[up; gate]`, the order [`ops::glu`] splits), the down projection. `None` where a
-/// matrix is packed in another format already, or has a bias (the layer's own path runs).
+/// One layer's matrices for [`Precision::Bf16Dot`], as layers whose weights are in the
+/// `bf16_panels` format (on the encoder's device: a backend packs its own layout at upload,
+/// and one without the format refuses naming it): the query, key and value projections as one
+/// product, the output projection, the MLP's up and gate projections as one product
+/// (`[up; gate]`, the order [`ops::glu`] splits), the down projection. `None` where a matrix is
+/// packed in another format already, or has a bias (the layer's own path runs).
 #[derive(Debug)]
 struct LayerDot {
-    qkv: Option<Bf16DotWeight>,
-    o: Option<Bf16DotWeight>,
-    up_gate: Option<Bf16DotWeight>,
-    down: Option<Bf16DotWeight>,
+    qkv: Option<Linear>,
+    o: Option<Linear>,
+    up_gate: Option<Linear>,
+    down: Option<Linear>,
 }
 
 impl LayerDot {
-    fn pack(layer: &Layer) -> Result<LayerDot> {
+    fn pack(layer: &Layer, device: &Device) -> Result<LayerDot> {
         fn dense(l: &Linear) -> Option<&Tensor> {
             l.effective_weight().filter(|_| l.bias().is_none())
         }
-        let stack = |ls: &[&Linear]| -> Result<Option<Bf16DotWeight>> {
+        let stack = |part: &str, ls: &[&Linear]| -> Result<Option<Linear>> {
             let ws: Option<Vec<&Tensor>> = ls.iter().map(|l| dense(l)).collect();
             let Some(ws) = ws else {
                 return Ok(None);
             };
-            let w = Bf16DotWeight::pack_stacked(&ws)?;
+            // Packed from host data (a weight already on a device is read back once).
+            let host = ws
+                .iter()
+                .map(|w| w.to_cpu())
+                .collect::<aria_core::Result<Vec<_>>>()?;
+            let w = Bf16DotWeight::pack_stacked(&host.iter().collect::<Vec<_>>())?;
             for l in ls {
                 l.weight().release_pages()?;
             }
-            Ok(Some(w))
+            let name = format!("{}[{part}]", ls[0].name());
+            let mut lin = Linear::new(name, Weight::Packed(Arc::new(w)), None)?;
+            lin.to_device(device)?;
+            Ok(Some(lin))
         };
         let (a, m) = (&layer.self_attn, &layer.mlp);
         Ok(LayerDot {
-            qkv: stack(&[&a.q_proj, &a.k_proj, &a.v_proj])?,
-            o: stack(&[&a.o_proj])?,
-            up_gate: stack(&[&m.up_proj, &m.gate_proj])?,
-            down: stack(&[&m.down_proj])?,
+            qkv: stack("qkv", &[&a.q_proj, &a.k_proj, &a.v_proj])?,
+            o: stack("o", &[&a.o_proj])?,
+            up_gate: stack("up_gate", &[&m.up_proj, &m.gate_proj])?,
+            down: stack("down", &[&m.down_proj])?,
         })
     }
 
@@ -216,7 +226,7 @@ impl LayerDot {
         [&self.qkv, &self.o, &self.up_gate, &self.down]
             .into_iter()
             .flatten()
-            .map(|w| w.nbytes())
+            .map(|l| l.weight().nbytes())
             .sum()
     }
 }
@@ -429,7 +439,7 @@ impl T5GemmaEncoder {
     /// [`Self::encode`] reads the weights from the file again (from the page cache when it
     /// still holds them). Returns the bytes released.
     ///
-    /// The matrices packed for [`Precision::Bf16Dot`] (or [`Precision::Bf16Amx`]) are dropped too (the next encode packs
+    /// The matrices packed for [`Precision::Bf16Dot`] are dropped too (the next encode packs
     /// them again from the file).
     pub fn release_pages(&self) -> Result<usize> {
         let mut n = self.dot.clear();
@@ -507,10 +517,10 @@ impl T5GemmaEncoder {
     }
 
     /// Make what the current precision needs before the first encode: for
-    /// [`Precision::Bf16Dot`], every layer matrix packed into bf16 panels (as large as bf16
-    /// weights), after which the pages of the mapped dense weights are released. Returns the
-    /// bytes packed (0 when nothing was to be done). An error for a [`Precision::Bf16Dot`]
-    /// encoder on a device backend.
+    /// [`Precision::Bf16Dot`], every layer matrix packed into the `bf16_panels` format (as large
+    /// as bf16 weights) on the encoder's device, after which the pages of the mapped dense
+    /// weights are released. Returns the bytes packed (0 when nothing was to be done). An error
+    /// naming the format where the encoder's backend does not run it.
     pub fn prepare(&self) -> Result<usize> {
         if !self.precision.packs_bf16() {
             return Ok(0);
@@ -523,19 +533,10 @@ impl T5GemmaEncoder {
         if let Some(v) = self.dot.get() {
             return Ok(v);
         }
-        if let Device::Backend(b) = &self.device {
-            return Err(DitError::Input {
-                what: "T5Gemma".into(),
-                reason: format!(
-                    "bf16-dot precision runs on the CPU; the encoder is on {}: use f32 there",
-                    b.name()
-                ),
-            });
-        }
         let v = self
             .layers
             .iter()
-            .map(LayerDot::pack)
+            .map(|l| LayerDot::pack(l, &self.device))
             .collect::<Result<Vec<_>>>()?;
         let v: Arc<[LayerDot]> = v.into();
         self.dot.set(v.clone());
@@ -582,12 +583,11 @@ impl T5GemmaEncoder {
         );
         let softcap = self.softcap();
         let dot = match self.precision {
-            Precision::Bf16Dot | Precision::Bf16Amx => Some(self.dot_weights()?),
+            Precision::Bf16Dot => Some(self.dot_weights()?),
             _ => None,
         };
         let ar = Arith {
             bf16: self.precision == Precision::Bf16,
-            amx: self.precision == Precision::Bf16Amx,
             eps: c.rms_norm_eps,
         };
         if ar.bf16 && softcap.is_some() {
@@ -632,24 +632,6 @@ impl T5GemmaEncoder {
         let heads = |t: Tensor, n: usize| -> Result<Tensor> {
             Ok(t.reshape(&[b, l, n, hd])?.transpose(1, 2)?)
         };
-        let amx = self.precision == Precision::Bf16Amx;
-        if amx && !Bf16DotWeight::amx() {
-            return Err(DitError::Input {
-                what: "T5Gemma".into(),
-                reason: "bf16-amx precision needs a CPU with an AMX-BF16 tile unit (and an OS \
-                         that grants it); use bf16-dot or f32 here"
-                    .into(),
-            });
-        }
-        // A product on packed bf16 panels: on the AMX unit for Bf16Amx, else `vdpbf16ps` (or
-        // its emulation).
-        let dl = |w: &Bf16DotWeight, x: &Tensor| -> Result<Tensor> {
-            Ok(if amx {
-                w.linear_amx(x, None)?
-            } else {
-                w.linear(x, None)?
-            })
-        };
         for (li, layer) in self.layers.iter().enumerate() {
             let ld = dot.as_deref().map(|d| &d[li]);
             // Self-attention block.
@@ -659,7 +641,7 @@ impl T5GemmaEncoder {
                 Some(w) => {
                     // Heads split from the fused projection in one pass each, RoPE applied on
                     // the way (the same kernel as `ops::rope`).
-                    let y = dl(w, &u)?;
+                    let y = w.forward(&u)?;
                     let (nq, nk) = (nh * hd, nkv * hd);
                     let split = |col: usize, n: usize, rope: bool| {
                         ops::split_heads(&y, col, n, hd, None, rope.then_some((cos, sin)))
@@ -696,11 +678,12 @@ impl T5GemmaEncoder {
                 key_mask: Some(mask),
                 mask_mode: KeyMaskMode::Exclude,
                 window,
+                bf16_products: dot.is_some(),
             };
             let a = ar.attention(&q, &k, &v, &opts)?;
             let a = a.transpose(1, 2)?.contiguous()?.reshape(&[b, l, nh * hd])?;
             let o = match ld.and_then(|d| d.o.as_ref()) {
-                Some(w) => dl(w, &a)?,
+                Some(w) => w.forward(&a)?,
                 None => ar.linear(&at.o_proj, &a)?,
             };
             let o = ar.norm(&o, &layer.post_self_attn_layernorm)?;
@@ -709,14 +692,14 @@ impl T5GemmaEncoder {
             let m = &layer.mlp;
             let u = ar.norm(&x, &layer.pre_feedforward_layernorm)?;
             let h = match ld.and_then(|d| d.up_gate.as_ref()) {
-                Some(w) => ops::glu(&dl(w, &u)?, ops::GluAct::GeluTanh)?,
+                Some(w) => ops::glu(&w.forward(&u)?, ops::GluAct::GeluTanh)?,
                 None => {
                     let g = ar.gelu_tanh(&ar.linear(&m.gate_proj, &u)?)?;
                     ar.mul(&g, &ar.linear(&m.up_proj, &u)?)?
                 }
             };
             let f = match ld.and_then(|d| d.down.as_ref()) {
-                Some(w) => dl(w, &h)?,
+                Some(w) => w.forward(&h)?,
                 None => ar.linear(&m.down_proj, &h)?,
             };
             let f = ar.norm(&f, &layer.post_feedforward_layernorm)?;
@@ -748,8 +731,6 @@ impl T5GemmaEncoder {
 /// result is rounded to bf16 as the reference's kernels round it.
 struct Arith {
     bf16: bool,
-    /// The attention products on the AMX tile unit too ([`Precision::Bf16Amx`]).
-    amx: bool,
     eps: f32,
 }
 
@@ -805,8 +786,6 @@ impl Arith {
     fn attention(&self, q: &Tensor, k: &Tensor, v: &Tensor, o: &AttnOpts<'_>) -> Result<Tensor> {
         Ok(if self.bf16 {
             torch_bf16::attention(q, k, v, o)?
-        } else if self.amx {
-            ops::attention_amx(q, k, v, o)?
         } else {
             ops::attention(q, k, v, o)?
         })

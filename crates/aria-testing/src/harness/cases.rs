@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use aria_core::backend::BinaryOp;
-use aria_core::nn::PackedWeight;
+use aria_core::nn::{Bf16DotWeight, PackedWeight};
 use aria_core::ops::{self, AttnOpts, FourierLayout, GluAct, HeadNorm, KeyMaskMode, RmsStyle};
 use aria_core::{DType, Result, Tensor};
 use aria_quant::{Compute, Format, PackedMatrix};
@@ -169,6 +169,25 @@ fn packed_products(c: &mut Vec<Case>) {
         ("q4_k", Format::Q4K, Compute::WeightOnly, &kq),
         ("q6_k", Format::Q6K, Compute::WeightOnly, &kq),
     ];
+    // bf16 panels: odd widths (the last pair padded), more outputs than one 48-wide panel.
+    for (m, k, n) in [
+        (1usize, 1usize, 1usize),
+        (4, 7, 9),
+        (9, 96, 50),
+        (3, 129, 48),
+    ] {
+        let Ok(pw) = Bf16DotWeight::pack(&t(&[n, k], 24)) else {
+            continue;
+        };
+        let pw: Arc<dyn PackedWeight> = Arc::new(pw);
+        c.push(Case::new(
+            "linear_packed",
+            "bf16_panels",
+            format!("x [{m}, {k}] w [{n}, {k}]"),
+            vec![t(&[m, k], 25), t(&[n], 26)],
+            move |dev, v| dev.put_packed(&pw)?.linear(&v[0], Some(&v[1])),
+        ));
+    }
     for (name, format, compute, shapes) in sets {
         for &(m, k, n) in shapes {
             let Some(pw) = packed(&t(&[n, k], 21), format, compute) else {
@@ -230,6 +249,19 @@ fn attention(c: &mut Vec<Case>) {
             inputs.clone(),
             move |_, v| {
                 ops::attention_diff(&v[0], &v[1], &v[4], &v[5], &v[2], &AttnOpts::new(scale))
+            },
+        ));
+        c.push(Case::new(
+            "attention",
+            "bf16_products",
+            format!("masked, bf16 products allowed {}", label(&shapes)),
+            inputs.clone(),
+            move |_, v| {
+                let mut o = AttnOpts::new(scale);
+                o.key_mask = Some(&v[3]);
+                o.mask_mode = KeyMaskMode::Exclude;
+                o.bf16_products = true;
+                ops::attention(&v[0], &v[1], &v[2], &o)
             },
         ));
         if nq == nk {

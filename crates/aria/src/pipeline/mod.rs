@@ -75,19 +75,16 @@ pub enum DeviceKind {
     Cuda,
 }
 
-/// The text encoder's arithmetic when [`LoadOptions::text_precision`] is `None`: on the CPU,
-/// [`Precision::Bf16Amx`] where the CPU has an AMX-BF16 tile unit (several times the
-/// `vdpbf16ps` rate), else [`Precision::Bf16Dot`] where `vdpbf16ps` outruns f32 FMA (AVX-512
-/// BF16 on AMD cores: twice the f32 rate on Zen 5; see
-/// [`Bf16DotWeight::faster_than_f32`](aria_core::nn::Bf16DotWeight::faster_than_f32)), else
+/// The text encoder's arithmetic when [`LoadOptions::text_precision`] is `None`:
+/// [`Precision::Bf16Dot`] where the device runs `bf16_panels` products faster than f32
+/// ([`Device::faster_than_f32`](aria_core::Device::faster_than_f32): on the CPU, an AMX-BF16
+/// tile unit, or AVX-512 BF16 on AMD cores, twice the f32 rate on Zen 5), else
 /// [`Precision::F32`] (Intel cores without AMX run `vdpbf16ps` at half the f32 rate; elsewhere
 /// bf16 products would only be emulated); on a GPU, f32.
 pub fn default_text_precision(device: DeviceKind) -> Precision {
-    if device != DeviceKind::Cpu {
-        Precision::F32
-    } else if aria_core::nn::Bf16DotWeight::amx() {
-        Precision::Bf16Amx
-    } else if aria_core::nn::Bf16DotWeight::faster_than_f32() {
+    if device == DeviceKind::Cpu
+        && aria_core::Device::Cpu.faster_than_f32(aria_core::nn::WeightFormat::Bf16Panels)
+    {
         Precision::Bf16Dot
     } else {
         Precision::F32
