@@ -76,3 +76,36 @@ extern "C" __global__ void apg_guidance_f32(const float* x, const float* vc, con
         o[i] = (xs[i] - d) / s;
     }
 }
+
+// CFG rescale (`cfg_rescale`): `v` and `v_cond [B, C, T]`; for each (item, position) the
+// channel standard deviations (unbiased, f64 as on the CPU) give `ratio = std(v_cond)/std(v)`,
+// and `y = φ·(v·ratio) + (1 − φ)·v`. One thread per (item, position).
+extern "C" __global__ void cfg_rescale_f32(const float* v, const float* vc, float* y, u64 nb,
+                                           u64 c, u64 t, float phi) {
+    ARIA_FOR(i, nb * t) {
+        const u64 b = i / t, p = i % t;
+        const float* vb = v + b * c * t + p;
+        const float* cb = vc + b * c * t + p;
+        double mv = 0.0, mc = 0.0;
+        for (u64 ch = 0; ch < c; ++ch) {
+            mv += (double)vb[ch * t];
+            mc += (double)cb[ch * t];
+        }
+        mv /= (double)c;
+        mc /= (double)c;
+        double sv = 0.0, sc = 0.0;
+        for (u64 ch = 0; ch < c; ++ch) {
+            const double dv = (double)vb[ch * t] - mv, dc = (double)cb[ch * t] - mc;
+            sv += dv * dv;
+            sc += dc * dc;
+        }
+        sv /= (double)c - 1.0;
+        sc /= (double)c - 1.0;
+        const float ratio = (float)(sqrt(sc) / sqrt(sv));
+        float* yb = y + b * c * t + p;
+        for (u64 ch = 0; ch < c; ++ch) {
+            const float val = vb[ch * t];
+            yb[ch * t] = phi * (val * ratio) + (1.0f - phi) * val;
+        }
+    }
+}

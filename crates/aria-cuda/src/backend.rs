@@ -559,6 +559,17 @@ impl Backend for CudaBackend {
         .contiguous()
     }
 
+    /// `q8_0` (weight-only and W8A8) and `bf16_panels`, kept in the op set's block layout
+    /// (`kernels/packed.cu`).
+    fn packed_formats(&self) -> Vec<(aria_core::nn::WeightFormat, bool)> {
+        crate::ops::PACKED_FORMATS.to_vec()
+    }
+
+    fn upload_packed(&self, w: &aria_core::nn::PackedBlocks) -> Result<Tensor> {
+        crate::ops::check_blocks(w)?;
+        self.upload(&w.data)
+    }
+
     fn run(&self, op: Op) -> Result<Tensor> {
         // The op set's check step (the `ops` functions run it before handing an op over; this
         // covers direct callers): the kernels may rely on its shape and dtype rules.

@@ -101,7 +101,17 @@ pub const SOURCES: &[KernelSource] = &[
     KernelSource {
         file: "guidance.cu",
         source: include_str!("../kernels/guidance.cu"),
-        entries: &["apg_guidance_f32"],
+        entries: &["apg_guidance_f32", "cfg_rescale_f32"],
+    },
+    KernelSource {
+        file: "packed.cu",
+        source: include_str!("../kernels/packed.cu"),
+        entries: &[
+            "linear_q8_0_f32",
+            "quantize_rows_i8",
+            "linear_q8_0_w8a8_f32",
+            "linear_bf16_pairs_f32",
+        ],
     },
     KernelSource {
         file: "gemm.cu",

@@ -5,6 +5,7 @@
 //! the backend before touching the device, and launches the entry points named here.
 
 use aria_core::backend::{Op, UnaryOp};
+use aria_core::nn::WeightFormat;
 use aria_core::CoreError;
 
 /// How an op runs on the CUDA backend.
@@ -61,6 +62,22 @@ pub fn route(op: &Op) -> Route {
         Op::FourierFeatures { .. } => Kernels(&["fourier_features_f32"]),
         Op::FillMaskedRows { .. } => Kernels(&["fill_masked_rows_f32"]),
         Op::ApgGuidance { .. } => Kernels(&["apg_guidance_f32"]),
+        Op::CfgRescale { .. } => Kernels(&["cfg_rescale_f32"]),
+        Op::LinearPacked {
+            format: WeightFormat::Q8_0,
+            w8a8: false,
+            ..
+        } => Kernels(&["linear_q8_0_f32"]),
+        Op::LinearPacked {
+            format: WeightFormat::Q8_0,
+            w8a8: true,
+            ..
+        } => Kernels(&["quantize_rows_i8", "linear_q8_0_w8a8_f32"]),
+        Op::LinearPacked {
+            format: WeightFormat::Bf16Panels,
+            w8a8: false,
+            ..
+        } => Kernels(&["linear_bf16_pairs_f32"]),
         Op::QkvHeads { .. } => Kernels(&["qkv_heads_f32"]),
         Op::RopeTable { .. } => Kernels(&["rope_table_f32"]),
         _ => Unsupported,
@@ -170,6 +187,35 @@ mod tests {
                 inv_freq: t(&[2]),
                 pos0: 0,
                 n: 3,
+            },
+            Op::CfgRescale {
+                v: t(&[1, 2, 3]),
+                v_cond: t(&[1, 2, 3]),
+                phi: 0.7,
+            },
+            Op::LinearPacked {
+                x: t(&[2, 32]),
+                w: Tensor::zeros(&[3, 34], DType::U8),
+                format: WeightFormat::Q8_0,
+                w8a8: true,
+                shape: [3, 32],
+                b: None,
+            },
+            Op::LinearPacked {
+                x: t(&[2, 32]),
+                w: Tensor::zeros(&[3, 34], DType::U8),
+                format: WeightFormat::Q8_0,
+                w8a8: false,
+                shape: [3, 32],
+                b: None,
+            },
+            Op::LinearPacked {
+                x: t(&[2, 3]),
+                w: Tensor::zeros(&[3, 8], DType::U8),
+                format: WeightFormat::Bf16Panels,
+                w8a8: false,
+                shape: [3, 3],
+                b: None,
             },
         ]
     }

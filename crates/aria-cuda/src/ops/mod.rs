@@ -3,6 +3,7 @@
 //! sizes are read here, never re-validated.
 
 mod layers;
+mod packed;
 mod sampler;
 mod shapes;
 
@@ -13,6 +14,7 @@ use aria_core::{Backend, CoreError, DType, Result, Tensor};
 use crate::backend::{CudaBackend, KArg};
 use crate::launch;
 use crate::plan;
+pub(crate) use packed::{check_blocks, PACKED_FORMATS};
 use shapes::table_width;
 pub use shapes::{attention_args, broadcast_strides};
 
@@ -434,6 +436,15 @@ pub(crate) fn run(be: &CudaBackend, op: &Op) -> Result<Tensor> {
             }
             Ok(out)
         }
+        Op::LinearPacked {
+            x,
+            w,
+            format,
+            w8a8,
+            shape,
+            b,
+        } => be.linear_packed(x, w, *format, *w8a8, *shape, b.as_ref()),
+        Op::CfgRescale { v, v_cond, phi } => be.cfg_rescale(v, v_cond, *phi),
         Op::RopeTable { inv_freq, pos0, n } => {
             let f = inv_freq.elem_count();
             let fc = be.f32c(inv_freq)?;
