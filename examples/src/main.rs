@@ -333,9 +333,17 @@ fn generate(args: &GenerateArgs, cx: &Ctx) -> Result<()> {
             "latents_out": args.latents_out.as_ref().map(|p| p.display().to_string()),
             "outputs": outputs,
             "timings_s": timings_json(ready, t, ui.start.elapsed()),
+            "precision": precision_json(&pipe),
         }));
     }
     if !ui.quiet {
+        let q = pipe.quant_report();
+        eprintln!(
+            "precision: DiT {}{}, text {:?}",
+            q.precision,
+            if q.w8a8 { " + W8A8" } else { "" },
+            pipe.text().prompt().encoder().precision()
+        );
         for (p, peak) in paths.iter().zip(&peaks) {
             eprintln!(
                 "wrote {} ({:.2} s, peak {peak:.3})",
@@ -359,6 +367,18 @@ fn generate(args: &GenerateArgs, cx: &Ctx) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The modes that ran: the DiT's weight precision (`fast` resolved), W8A8, the decoder's
+/// weight kinds and the text encoder's arithmetic.
+fn precision_json(pipe: &aria::Pipeline) -> Value {
+    let q = pipe.quant_report();
+    json!({
+        "dit": q.precision.name(),
+        "w8a8": q.w8a8,
+        "decoder": q.decoder_kinds,
+        "text": format!("{:?}", pipe.text().prompt().encoder().precision()),
+    })
 }
 
 fn timings_json(ready: Duration, t: &aria::Timings, total: Duration) -> Value {

@@ -20,6 +20,9 @@ pub enum PrecisionArg {
     F16,
     /// bfloat16.
     Bf16,
+    /// bf16 weights with bf16 products (AMX tile unit or AVX-512 BF16 where the CPU has them).
+    #[value(name = "bf16-dot")]
+    Bf16Dot,
     /// 8-bit blocks (q8_0).
     Q8,
     /// 4-bit k-quant blocks (q4_k).
@@ -27,6 +30,9 @@ pub enum PrecisionArg {
     /// q4_k FFN, q6_k FFN output, q8_0 attention and the rest.
     #[value(name = "q4-mixed")]
     Q4Mixed,
+    /// The fastest measured mode for this machine: bf16-dot where the CPU runs bf16 products
+    /// faster than f32 (AMX-BF16, or AVX-512 BF16 on AMD cores), else f32.
+    Fast,
 }
 
 impl From<PrecisionArg> for WeightPrecision {
@@ -35,9 +41,11 @@ impl From<PrecisionArg> for WeightPrecision {
             PrecisionArg::F32 => WeightPrecision::F32,
             PrecisionArg::F16 => WeightPrecision::F16,
             PrecisionArg::Bf16 => WeightPrecision::Bf16,
+            PrecisionArg::Bf16Dot => WeightPrecision::Bf16Dot,
             PrecisionArg::Q8 => WeightPrecision::Q8,
             PrecisionArg::Q4 => WeightPrecision::Q4,
             PrecisionArg::Q4Mixed => WeightPrecision::Q4Mixed,
+            PrecisionArg::Fast => WeightPrecision::Fast,
         }
     }
 }

@@ -350,7 +350,9 @@ fn text_precision_flag() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{err}");
         let warned = err.contains("no AVX-512 BF16");
-        let emulated = extra.contains(&"bf16-dot") && !aria_core::nn::Bf16DotWeight::native();
+        let emulated = extra.contains(&"bf16-dot")
+            && !aria_core::nn::Bf16DotWeight::native()
+            && !aria_core::nn::Bf16DotWeight::amx();
         assert_eq!(warned, emulated, "{err}");
         aria_core::WeightLoader::open(&[lat])
             .unwrap()
@@ -363,24 +365,15 @@ fn text_precision_flag() {
     let bf16 = run(&["--text-precision", "bf16"], &p("b.safetensors"));
     let f32 = run(&["--text-precision", "f32"], &p("f.safetensors"));
     let dot = run(&["--text-precision", "bf16-dot"], &p("t.safetensors"));
-    if aria_core::nn::Bf16DotWeight::amx() {
-        let amx = run(&["--text-precision", "bf16-amx"], &p("a.safetensors"));
-        assert_eq!(default, amx);
+    // `bf16-amx` is another name for bf16-dot: the CPU picks the unit.
+    let amx = run(&["--text-precision", "bf16-amx"], &p("a.safetensors"));
+    assert_eq!(amx, dot);
+    if aria_core::nn::Bf16DotWeight::faster_than_f32() {
+        assert_eq!(default, dot);
         assert_ne!(default, f32);
     } else {
-        let out = aria(
-            &gen_args(m, &p("o.wav"), &["--text-precision", "bf16-amx"]),
-            &d,
-        );
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && err.contains("AMX-BF16"), "{err}");
-        if aria_core::nn::Bf16DotWeight::faster_than_f32() {
-            assert_eq!(default, dot);
-            assert_ne!(default, f32);
-        } else {
-            assert_eq!(default, f32);
-            assert_ne!(default, dot);
-        }
+        assert_eq!(default, f32);
+        assert_ne!(default, dot);
     }
     assert_ne!(default, bf16);
     let out = aria(&gen_args(m, &p("o.wav"), &["--text-precision", "f16"]), &d);
@@ -444,6 +437,8 @@ fn streamed_wav_matches_the_library_and_json_describes_it() {
     assert_eq!(v["outputs"][0]["path"], a.display().to_string());
     assert_eq!(v["outputs"][0]["samples"], 20 * 44100);
     assert_eq!(v["timings_s"]["steps"].as_array().unwrap().len(), 2);
+    assert_eq!(v["precision"]["dit"], "f32");
+    assert_eq!(v["precision"]["w8a8"], false);
 
     let files = aria::discover::resolve_model(m.to_str().unwrap(), &Default::default()).unwrap();
     let p = aria::Pipeline::load(&files, &Default::default()).unwrap();
@@ -456,6 +451,38 @@ fn streamed_wav_matches_the_library_and_json_describes_it() {
     let b = d.join("b.wav");
     aria_codec::audio::write_wav(&b, &g.audio, 44100, aria_codec::audio::WavFormat::F32).unwrap();
     assert!(std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap());
+}
+
+/// `--precision fast` runs the machine's fastest measured mode and `--json` names it.
+#[test]
+fn precision_fast_names_the_mode() {
+    let d = TempDir::new("cli-fast");
+    let m = model();
+    let a = d.join("a.wav");
+    let out = aria(
+        &gen_args(
+            m.to_str().unwrap(),
+            a.to_str().unwrap(),
+            &[
+                "--json",
+                "--seconds",
+                "0.3",
+                "--steps",
+                "2",
+                "--precision",
+                "fast",
+            ],
+        ),
+        &d,
+    );
+    ok(&out);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let want = aria::quant::WeightPrecision::Fast.resolve(aria::pipeline::DeviceKind::Cpu);
+    assert_eq!(v["precision"]["dit"], want.name());
+    if want == aria::quant::WeightPrecision::Bf16Dot {
+        let kinds = v["precision"]["decoder"].as_object().unwrap();
+        assert!(kinds.keys().all(|k| k.contains("bf16_panels")), "{kinds:?}");
+    }
 }
 
 /// `-o x.flac` writes FLAC (24-bit): it decodes to the WAV's samples within the quantization.

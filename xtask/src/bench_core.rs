@@ -521,7 +521,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 2.0 * (m * n * k) as f64,
                 &mut || {
                     use aria_core::nn::PackedWeight;
-                    drop(black_box(p.linear(&x, None)))
+                    // The tile unit left out (the CPU's own choice where it has one: next row).
+                    let y = aria_core::cpu::bf16dot::without_tiles(|| p.linear(&x, None));
+                    drop(black_box(y))
                 },
                 Some(&mut || drop(black_box(ops::linear(&x, &w, None)))),
             )?);

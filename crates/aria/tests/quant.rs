@@ -114,6 +114,105 @@ fn q8_packs_every_linear_but_cross_kv_and_stays_under_the_seed_floor() {
     assert!(e.contains("W8A8"), "{e}");
 }
 
+/// bf16-dot: every DiT linear in the `bf16_panels` format (half the f32 bytes, the mapped f32
+/// pages released), the final latents well under the f32 seed-to-seed spread, the same bits for
+/// 1 and 2 threads; W8A8 is refused with it.
+#[test]
+fn bf16_dot_packs_every_linear_and_stays_under_the_seed_floor() {
+    let Some(files) = files() else { return };
+    let f32p = load(&files, None, false);
+    let b = load(&files, Some(WeightPrecision::Bf16Dot), false);
+    for l in b.dit().linears() {
+        match l.weight() {
+            Weight::Packed(p) => assert_eq!(p.format(), "bf16_panels/v1", "{}", l.name()),
+            Weight::Dense(_) => panic!("{} stays dense", l.name()),
+        }
+    }
+    let rep = b.quant_report();
+    assert!(
+        rep.held_bytes * 2 <= rep.stored_bytes + rep.stored_bytes / 8,
+        "{}",
+        rep.summary()
+    );
+    // The decoder's matrices take the same mode.
+    assert!(
+        rep.decoder_kinds.keys().all(|k| k.contains("bf16_panels"))
+            && !rep.decoder_kinds.is_empty(),
+        "{}",
+        rep.summary()
+    );
+    assert!(rep.released_bytes > 0, "{}", rep.summary());
+    let (a0, a1) = (latents(&f32p, 1), latents(&f32p, 2));
+    let floor = rel_rms(&a1, &a0);
+    let b0 = latents(&b, 1);
+    let err = rel_rms(&b0, &a0);
+    eprintln!(
+        "bf16-dot final-latent rel-RMS {err:.2e}, f32 seed-to-seed {floor:.3}, ratio {:.2e}",
+        err / floor
+    );
+    assert!(err > 0.0, "bf16-dot changed nothing");
+    assert!(err < 0.05 * floor, "bf16-dot error {err} vs floor {floor}");
+    let on = |n: usize| {
+        aria_core::threads::with_threads(n, || latents(&b, 1))
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(on(1), on(2), "thread counts");
+    let au = |p: &Pipeline| audio(p, 1).1;
+    let (fa, ba) = (au(&f32p), au(&b));
+    let aerr = rel_rms(&ba, &fa);
+    eprintln!("bf16-dot audio rel-RMS {aerr:.2e}");
+    assert!(aerr > 0.0 && aerr < 0.05, "audio {aerr}");
+    // W8A8 needs q8_0 blocks.
+    let opts = LoadOptions {
+        precision: Some(WeightPrecision::Bf16Dot),
+        w8a8: true,
+        ..Default::default()
+    };
+    let e = Pipeline::load(&files, &opts).unwrap_err().to_string();
+    assert!(e.contains("W8A8"), "{e}");
+}
+
+/// `fast` runs the concrete mode the machine is fastest in, and the report names it.
+#[test]
+fn fast_names_the_mode_it_runs() {
+    let Some(files) = files() else { return };
+    let want = WeightPrecision::Fast.resolve(aria::pipeline::DeviceKind::Cpu);
+    let fast_is_bf16 =
+        aria_core::Device::Cpu.faster_than_f32(aria_core::nn::WeightFormat::Bf16Panels);
+    assert_eq!(
+        want,
+        if fast_is_bf16 {
+            WeightPrecision::Bf16Dot
+        } else {
+            WeightPrecision::F32
+        }
+    );
+    assert_eq!(
+        WeightPrecision::Q8.resolve(aria::pipeline::DeviceKind::Cpu),
+        WeightPrecision::Q8
+    );
+    assert_eq!(
+        WeightPrecision::Fast.resolve(aria::pipeline::DeviceKind::Wgpu),
+        WeightPrecision::F32
+    );
+    let p = load(&files, Some(WeightPrecision::Fast), false);
+    assert_eq!(
+        p.quant_report().precision,
+        want,
+        "{}",
+        p.quant_report().summary()
+    );
+    assert_eq!(
+        WeightPrecision::parse("fast").unwrap(),
+        WeightPrecision::Fast
+    );
+    let same = load(&files, Some(want), false);
+    assert_eq!(latents(&p, 3), latents(&same, 3));
+}
+
 fn packed_bits(p: &Pipeline) -> Vec<(String, String)> {
     p.dit()
         .linears()

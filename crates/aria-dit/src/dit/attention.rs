@@ -63,6 +63,8 @@ pub(crate) struct SelfAttention {
     heads: usize,
     head_dim: usize,
     differential: bool,
+    /// The attention's products may round to bf16 ([`AttnOpts::bf16_products`]).
+    pub(crate) bf16_products: bool,
 }
 
 impl SelfAttention {
@@ -82,6 +84,7 @@ impl SelfAttention {
             heads,
             head_dim: d,
             differential,
+            bf16_products: false,
         })
     }
 
@@ -110,6 +113,7 @@ impl SelfAttention {
         let k = heads(e, gk, r)?;
         let v = heads(2 * e, None, None)?;
         let mut opts = AttnOpts::new(1.0 / (d as f32).sqrt());
+        opts.bf16_products = self.bf16_products;
         if let Some(m) = mask {
             opts.key_mask = Some(m.key_mask);
             opts.mask_mode = m.mode;
@@ -157,6 +161,8 @@ pub(crate) struct CrossAttention {
     heads: usize,
     head_dim: usize,
     differential: bool,
+    /// The attention's products may round to bf16 ([`AttnOpts::bf16_products`]).
+    pub(crate) bf16_products: bool,
 }
 
 impl CrossAttention {
@@ -177,6 +183,7 @@ impl CrossAttention {
             heads,
             head_dim: d,
             differential,
+            bf16_products: false,
         })
     }
 
@@ -214,7 +221,8 @@ impl CrossAttention {
         let q = self.to_q.forward(u)?;
         let gq = self.gains.as_ref().map(|g| &g.q);
         let heads = |col: usize| ops::split_heads(&q, col, h, d, norm(gq), None);
-        let opts = AttnOpts::new(1.0 / (d as f32).sqrt());
+        let mut opts = AttnOpts::new(1.0 / (d as f32).sqrt());
+        opts.bf16_products = self.bf16_products;
         let a = match (&kv.k_diff, self.differential) {
             (Some(kd), true) => {
                 ops::attention_diff(&heads(0)?, &kv.k, &heads(e)?, kd, &kv.v, &opts)?

@@ -394,6 +394,22 @@ impl Dit {
         self.version += 1;
     }
 
+    /// Let the attention products of every block round to bf16
+    /// ([`AttnOpts::bf16_products`](aria_core::ops::AttnOpts::bf16_products)): a permission the
+    /// backend takes where it has a faster unit for them (the CPU: the AMX tile unit) and
+    /// ignores elsewhere. Off by default (the exact f32 attention).
+    pub fn set_bf16_attention(&mut self, on: bool) {
+        for b in &mut self.blocks {
+            b.self_attn.bf16_products = on;
+            b.cross_attn.bf16_products = on;
+        }
+    }
+
+    /// Whether the attention products may round to bf16 ([`Self::set_bf16_attention`]).
+    pub fn bf16_attention(&self) -> bool {
+        self.blocks.iter().any(|b| b.self_attn.bf16_products)
+    }
+
     /// Compute the conditioning-dependent state once: the text-conditioning hook
     /// ([`HookSite::TextConditioning`]), the projected context and every layer's cross-attention
     /// keys/values, the projected global condition and every layer's local embedding. The

@@ -276,9 +276,11 @@ impl Pipeline {
         let weights = WeightLoader::open_checkpoint(&files.weights)?;
         let (dit_vb, prequantized) =
             crate::quant::dit_loader(&weights, &files.weights, opts.precision, opts.w8a8)?;
+        // `fast` names the concrete mode for this device here; the report says which.
+        let precision = opts.precision.map(|p| p.resolve(opts.device));
         let mut dit = Dit::load(&config.model.diffusion.config, &dit_vb.pp("model.model"))?;
         let mut quant =
-            crate::quant::prepare_dit(&mut dit, &weights, opts.precision, prequantized, opts.w8a8)?;
+            crate::quant::prepare_dit(&mut dit, &weights, precision, prequantized, opts.w8a8)?;
         if !opts.keep_resident {
             // Loading read them (checksums of packed weights): they come back when sampling.
             dit.release_pages()?;
@@ -290,6 +292,9 @@ impl Pipeline {
         }
         if opts.quantize_decoder {
             crate::quant::pack_decoder(&mut ae, opts.w8a8)?;
+        } else if precision == Some(crate::quant::WeightPrecision::Bf16Dot) {
+            // bf16 products for the whole generation: the decoder's matrices too.
+            crate::quant::pack_decoder_bf16(&mut ae)?;
         }
         if !opts.keep_resident {
             // Loading read the packed decoder's blocks (checksums): they come back to decode.
