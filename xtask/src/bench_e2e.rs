@@ -102,6 +102,17 @@ fn fma_peak_gflops() -> Option<f64> {
     crate::bench_core::best_peak_gflops(1, 5)
 }
 
+/// The DiT precision a child loads at: `ARIA_BENCH_PRECISION` (a `--precision` name; unset:
+/// as stored).
+pub(crate) fn precision_from_env() -> Result<Option<aria::quant::WeightPrecision>, String> {
+    match std::env::var("ARIA_BENCH_PRECISION") {
+        Ok(p) => aria::quant::WeightPrecision::parse(&p)
+            .map(Some)
+            .map_err(|e| format!("ARIA_BENCH_PRECISION: {e}")),
+        Err(_) => Ok(None),
+    }
+}
+
 /// The child: one generation, printed as `RESULT key=value ...`.
 fn child(model: &Path, seconds: f64, steps: usize) -> Result<(), String> {
     let files = resolve_model(&model.display().to_string(), &SearchPaths::default())
@@ -119,6 +130,7 @@ fn child(model: &Path, seconds: f64, steps: usize) -> Result<(), String> {
     };
     let opts = LoadOptions {
         device,
+        precision: precision_from_env()?,
         ..Default::default()
     };
     let pipe = Pipeline::load(&files, &opts).map_err(|e| e.to_string())?;

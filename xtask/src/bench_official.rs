@@ -51,6 +51,9 @@ struct Opts {
     threads: usize,
     e2e: bool,
     components: bool,
+    /// aria's precisions (`--precision`): each gets its own children and its own table
+    /// against the same official runs.
+    precisions: Vec<String>,
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
@@ -67,6 +70,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         e2e: true,
         components: true,
+        precisions: vec!["f32".to_string()],
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -87,6 +91,19 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "--threads" => o.threads = num(val()?)?.max(1),
             "--no-e2e" => o.e2e = false,
             "--no-components" => o.components = false,
+            "--precision" => {
+                o.precisions = val()?
+                    .split(',')
+                    .map(|p| p.trim().to_string())
+                    .filter(|p| !p.is_empty())
+                    .collect();
+                for p in &o.precisions {
+                    aria::quant::WeightPrecision::parse(p).map_err(|e| format!("{a}: {e}"))?;
+                }
+                if o.precisions.is_empty() {
+                    return Err(format!("{a} needs at least one precision"));
+                }
+            }
             other => return Err(format!("unknown option `{other}`")),
         }
     }
@@ -314,7 +331,7 @@ fn read_json(p: &Path) -> Result<serde_json::Value, String> {
 
 // ---- aria side --------------------------------------------------------------------------------
 
-fn aria_components(o: &Opts, model: &Path, m: &mut Mins) -> Result<(), String> {
+fn aria_components(o: &Opts, model: &Path, precision: &str, m: &mut Mins) -> Result<(), String> {
     let exe = crate::self_exe().map_err(|e| e.to_string())?;
     let secs: Vec<String> = o.seconds.iter().map(|s| s.to_string()).collect();
     let mut c = Command::new(exe);
@@ -322,7 +339,8 @@ fn aria_components(o: &Opts, model: &Path, m: &mut Mins) -> Result<(), String> {
         .arg(model)
         .arg(secs.join(","))
         .arg(o.reps.to_string())
-        .env("RAYON_NUM_THREADS", o.threads.to_string());
+        .env("RAYON_NUM_THREADS", o.threads.to_string())
+        .env("ARIA_BENCH_PRECISION", precision);
     let (out, _) = run_child(&mut c, "aria components")?;
     for (k, v) in results(&out) {
         if k == "peak" {
@@ -335,14 +353,21 @@ fn aria_components(o: &Opts, model: &Path, m: &mut Mins) -> Result<(), String> {
     Ok(())
 }
 
-fn aria_e2e(o: &Opts, model: &Path, secs: f64, m: &mut Mins) -> Result<(), String> {
+fn aria_e2e(
+    o: &Opts,
+    model: &Path,
+    secs: f64,
+    precision: &str,
+    m: &mut Mins,
+) -> Result<(), String> {
     let exe = crate::self_exe().map_err(|e| e.to_string())?;
     let mut c = Command::new(exe);
     c.args(["bench", "e2e", "--child"])
         .arg(model)
         .arg(secs.to_string())
         .arg("8")
-        .env("RAYON_NUM_THREADS", o.threads.to_string());
+        .env("RAYON_NUM_THREADS", o.threads.to_string())
+        .env("ARIA_BENCH_PRECISION", precision);
     let (out, wall) = run_child(&mut c, "aria e2e")?;
     let r: BTreeMap<String, f64> = results(&out).into_iter().collect();
     let k = key(secs);
@@ -388,7 +413,11 @@ fn child(model: &Path, seconds: &str, reps: usize) -> Result<(), String> {
     let t0 = Instant::now();
     let files =
         resolve_model(&model.display().to_string(), &SearchPaths::default()).map_err(|x| e(&x))?;
-    let pipe = Pipeline::load(&files, &LoadOptions::default()).map_err(|x| e(&x))?;
+    let opts = LoadOptions {
+        precision: crate::bench_e2e::precision_from_env()?,
+        ..Default::default()
+    };
+    let pipe = Pipeline::load(&files, &opts).map_err(|x| e(&x))?;
     println!("RESULT load={:.4}", t0.elapsed().as_secs_f64());
     let text = pipe.text();
     text.encode_prompts(&[PROMPT]).map_err(|x| e(&x))?; // first call, as bench.py discards it
@@ -588,34 +617,45 @@ pub fn run(args: &[String]) -> Result<(), String> {
         o.rounds,
         o.reps
     );
-    let (mut off, mut aria) = (Mins::default(), Mins::default());
+    let mut off = Mins::default();
+    let mut arias: Vec<Mins> = o.precisions.iter().map(|_| Mins::default()).collect();
     for round in 0..o.rounds {
         let official_first = round % 2 == 0;
-        let mut steps: Vec<(bool, Option<f64>)> = Vec::new();
+        // (official?, clip length for e2e, precision index for aria)
+        let mut steps: Vec<(bool, Option<f64>, usize)> = Vec::new();
+        let pair = |steps: &mut Vec<(bool, Option<f64>, usize)>, secs: Option<f64>| {
+            let arias = (0..o.precisions.len()).map(|i| (false, secs, i));
+            if official_first {
+                steps.push((true, secs, 0));
+                steps.extend(arias);
+            } else {
+                steps.extend(arias);
+                steps.push((true, secs, 0));
+            }
+        };
         if o.components {
-            steps.push((official_first, None));
-            steps.push((!official_first, None));
+            pair(&mut steps, None);
         }
         if o.e2e {
             for &s in &o.seconds {
-                steps.push((official_first, Some(s)));
-                steps.push((!official_first, Some(s)));
+                pair(&mut steps, Some(s));
             }
         }
-        for (is_official, secs) in steps {
+        for (is_official, secs, pi) in steps {
             let t = Instant::now();
+            let p = &o.precisions[pi];
             let what = match (is_official, secs) {
                 (true, None) => "official components".to_string(),
-                (false, None) => "aria components".to_string(),
+                (false, None) => format!("aria components ({p})"),
                 (true, Some(s)) => format!("official e2e {s} s"),
-                (false, Some(s)) => format!("aria e2e {s} s"),
+                (false, Some(s)) => format!("aria e2e {s} s ({p})"),
             };
             match (is_official, secs, &reference) {
                 (true, _, None) => continue,
                 (true, None, Some(r)) => r.components(&o, &model, &mut off)?,
                 (true, Some(s), Some(r)) => r.e2e(&o, &model, s, &mut off)?,
-                (false, None, _) => aria_components(&o, &model, &mut aria)?,
-                (false, Some(s), _) => aria_e2e(&o, &model, s, &mut aria)?,
+                (false, None, _) => aria_components(&o, &model, p, &mut arias[pi])?,
+                (false, Some(s), _) => aria_e2e(&o, &model, s, p, &mut arias[pi])?,
             }
             eprintln!(
                 "  round {}: {what} ({:.0} s)",
@@ -625,6 +665,22 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
     }
     let off_ref = reference.as_ref().map(|_| &off);
+    for (p, aria) in o.precisions.iter().zip(&arias) {
+        println!();
+        println!("### aria at --precision {p}");
+        report(&o, off_ref, aria);
+    }
+    if reference.is_some() {
+        println!(
+            "(official: text encoder in its folder dtype; aria: its default text path. aria's 8 \
+             steps are from generate() in the e2e child, the official ones from bench.py's sampling)"
+        );
+    }
+    Ok(())
+}
+
+/// One table: aria's measures at one precision against the official ones.
+fn report(o: &Opts, off_ref: Option<&Mins>, aria: &Mins) {
     println!();
     match off_ref {
         Some(_) => {
@@ -640,7 +696,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
     }
     if o.components {
-        row("load", "load", off_ref, &aria);
+        row("load", "load", off_ref, aria);
         let default = ["f32", "bf16-dot", "bf16-amx", "bf16"]
             .into_iter()
             .find(|t| aria.get(&format!("text_default_{t}")).is_some())
@@ -649,21 +705,21 @@ pub fn run(args: &[String]) -> Result<(), String> {
             &format!("text encode (default path: aria {default})"),
             "text",
             off_ref,
-            &aria,
+            aria,
         );
         row_vs(
             "text encode (aria default, every position as the official code)",
             "text",
             "text_full",
             off_ref,
-            &aria,
+            aria,
         );
         row_vs(
             "text encode (aria: bf16 replay)",
             "text",
             "text_replay",
             off_ref,
-            &aria,
+            aria,
         );
         for (label, k) in [
             ("text encode (aria: f32)", "text_f32"),
@@ -677,7 +733,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             ),
         ] {
             if aria.get(k).is_some() {
-                row_vs(label, "text", k, off_ref, &aria);
+                row_vs(label, "text", k, off_ref, aria);
             }
         }
     }
@@ -688,19 +744,19 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 &format!("DiT forward {k}"),
                 &format!("dit.{k}"),
                 off_ref,
-                &aria,
+                aria,
             );
             row(
                 &format!("SAME decode {k} chunked"),
                 &format!("dec_chunked.{k}"),
                 off_ref,
-                &aria,
+                aria,
             );
             row(
                 &format!("SAME decode {k} unchunked"),
                 &format!("dec_unchunked.{k}"),
                 off_ref,
-                &aria,
+                aria,
             );
         }
         if o.components || o.e2e {
@@ -708,7 +764,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 &format!("8 sampler steps {k}"),
                 &format!("steps8.{k}"),
                 off_ref,
-                &aria,
+                aria,
             );
         }
         if o.e2e {
@@ -716,13 +772,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 &format!("generate() {k} after load"),
                 &format!("generate.{k}"),
                 off_ref,
-                &aria,
+                aria,
             );
             row(
                 &format!("whole process {k}"),
                 &format!("process.{k}"),
                 off_ref,
-                &aria,
+                aria,
             );
         }
     }
@@ -731,12 +787,6 @@ pub fn run(args: &[String]) -> Result<(), String> {
             "(aria's text encode ran {used} of the {len} positions: up to the prompt's last real \
              token, rounded up to 32, whose pad rows are replaced afterwards; the official code \
              and the \"every position\" row run all {len})"
-        );
-    }
-    if reference.is_some() {
-        println!(
-            "(official: text encoder in its folder dtype; aria: its default text path. aria's 8 \
-             steps are from generate() in the e2e child, the official ones from bench.py's sampling)"
         );
     }
     if aria.peak.is_finite() {
@@ -749,5 +799,4 @@ pub fn run(args: &[String]) -> Result<(), String> {
             o.threads, aria.peak
         );
     }
-    Ok(())
 }
