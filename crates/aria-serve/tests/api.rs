@@ -760,3 +760,81 @@ async fn a_lost_workers_job_is_retried() {
     assert_eq!(j["worker"], me.as_str());
     srv.shutdown().await.unwrap();
 }
+
+/// `POST /v1/audio/generate` with the request bodies of vllm-omni's own tests: the audio
+/// itself in the asked format, the job's id in `X-Aria-Job` (owned, listed, counted like any
+/// job), 422 for what the route cannot honour, streaming with `stream_format=audio`, and the
+/// route in the OpenAPI document.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_audio_generate_route() {
+    let (cfg, _dirs) = config("audio-generate");
+    let srv = start(cfg).await.unwrap();
+    let a = srv.addr();
+    let post_audio = |body: Value| async move {
+        let b = serde_json::to_vec(&body).unwrap();
+        http(
+            a,
+            "POST",
+            "/v1/audio/generate",
+            "Content-Type: application/json\r\n",
+            &b,
+        )
+        .await
+    };
+    // `test_wav_response`, with a short clip for the tiny model.
+    let r = post_audio(
+        json!({"input": "a gentle rain", "response_format": "wav", "audio_length": 1.0}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.header("content-type"), Some("audio/wav"));
+    check_wav(&r.body, 1.0);
+    let id = r.header("x-aria-job").unwrap().to_string();
+    let j = get(a, &format!("/v1/jobs/{id}")).await.json();
+    assert_eq!(j["state"], "done");
+    assert_eq!(j["request"]["prompt"], "a gentle rain");
+    // `test_flac_response` and the fields of `test_fields_are_wired_correctly` (start 0: the
+    // model conditions on the total length only).
+    let r = post_audio(json!({
+        "input": "rain sounds", "model": "stable-audio", "response_format": "flac",
+        "audio_length": 1.0, "audio_start": 0.0, "negative_prompt": "noise",
+        "guidance_scale": 7.5, "num_inference_steps": 3, "seed": 42
+    }))
+    .await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.header("content-type"), Some("audio/flac"));
+    assert_eq!(&r.body[..4], b"fLaC");
+    let id = r.header("x-aria-job").unwrap().to_string();
+    let j = get(a, &format!("/v1/jobs/{id}")).await.json();
+    assert_eq!(j["request"]["steps"], 3);
+    assert_eq!(j["request"]["seed"], 42);
+    // `test_invalid_format_rejected`, `test_stream_format_sse_rejected`, and what this model
+    // cannot honour.
+    for body in [
+        json!({"input": "test", "response_format": "banana"}),
+        json!({"input": "test", "response_format": "mp3"}),
+        json!({"input": "test", "stream_format": "sse"}),
+        json!({"input": "test", "speed": 2.5}),
+        json!({"input": "test", "audio_start": 2.0}),
+        json!({"input": "test", "audio_length": -3.0}),
+        json!({"prompt": "no input field"}),
+    ] {
+        let r = post_audio(body.clone()).await;
+        assert_eq!(
+            r.status,
+            422,
+            "{body}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        assert!(r.json()["error"].is_string(), "{body}");
+    }
+    // `test_stream_format_audio_accepted`: a WAV streamed while it decodes.
+    let r =
+        post_audio(json!({"input": "test", "stream_format": "audio", "audio_length": 1.0})).await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.header("content-type"), Some("audio/wav"));
+    assert_eq!(&r.body[..4], b"RIFF");
+    let oa = get(a, "/openapi.json").await.json();
+    assert!(oa["paths"]["/v1/audio/generate"]["post"].is_object());
+    srv.shutdown().await.unwrap();
+}

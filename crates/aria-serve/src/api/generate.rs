@@ -17,7 +17,11 @@ use crate::request::{validate, Checks, GenerateBody, SavedInputs, Upload};
 use crate::state::Shared;
 
 /// Read the whole body within the `body_bytes` and `body_timeout` limits.
-async fn read_body(s: &Shared, body: Body, declared: Option<u64>) -> Result<Vec<u8>, ApiError> {
+pub(super) async fn read_body(
+    s: &Shared,
+    body: Body,
+    declared: Option<u64>,
+) -> Result<Vec<u8>, ApiError> {
     let max = s.cfg.limits.body_bytes;
     if let Some(n) = declared.filter(|&n| n > max.saturating_mul(4) as u64) {
         return Err(ApiError::limit(
@@ -199,7 +203,7 @@ fn remove_saved(s: &Shared, saved: &SavedInputs) {
 }
 
 /// Count a refusal.
-fn counted(s: &Shared, e: ApiError) -> ApiError {
+pub(super) fn counted(s: &Shared, e: ApiError) -> ApiError {
     let m = &s.metrics;
     if e.status == StatusCode::TOO_MANY_REQUESTS {
         m.rejected_full.fetch_add(1, Ordering::Relaxed);
@@ -242,6 +246,28 @@ async fn submit(s: &Arc<Shared>, caller: &Caller, req: Request) -> Result<Respon
     } else {
         (parse_json(&bytes)?, Vec::new())
     };
+    let (id, pos) = submit_body(s, caller, body, uploads).await?;
+    let links = super::jobs::links(&id);
+    let body = json!({ "id": id, "state": "queued", "position": pos, "links": links });
+    let mut r = (StatusCode::ACCEPTED, axum::Json(body)).into_response();
+    if let Ok(v) = header::HeaderValue::from_str(&format!("/v1/jobs/{id}")) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    Ok(r)
+}
+
+/// Validate a request, save its uploads and queue it as the caller's job (the one path every
+/// route that generates takes: the same limits, queue and owner). Returns the job id and its
+/// queue position.
+pub(super) async fn submit_body(
+    s: &Arc<Shared>,
+    caller: &Caller,
+    body: GenerateBody,
+    uploads: Vec<Upload>,
+) -> Result<(String, usize), ApiError> {
+    if s.stop.load(Ordering::SeqCst) {
+        return Err(ApiError::unavailable("the server is shutting down"));
+    }
     let id = new_job_id();
     let shared = s.clone();
     let id2 = id.clone();
@@ -280,11 +306,5 @@ async fn submit(s: &Arc<Shared>, caller: &Caller, req: Request) -> Result<Respon
     .await?;
     s.metrics.submitted.fetch_add(1, Ordering::Relaxed);
     s.wake.notify();
-    let links = super::jobs::links(&id);
-    let body = json!({ "id": id, "state": "queued", "position": pos, "links": links });
-    let mut r = (StatusCode::ACCEPTED, axum::Json(body)).into_response();
-    if let Ok(v) = header::HeaderValue::from_str(&format!("/v1/jobs/{id}")) {
-        r.headers_mut().insert(header::LOCATION, v);
-    }
-    Ok(r)
+    Ok((id, pos))
 }

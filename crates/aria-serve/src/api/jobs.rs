@@ -91,7 +91,7 @@ fn owner_of(r: &JobRecord) -> Option<String> {
 }
 
 /// The job `id` if it exists and `caller` may see it (else 404, whether or not it exists).
-async fn record(
+pub(super) async fn record(
     s: &Arc<Shared>,
     caller: &Caller,
     id: &str,
@@ -236,6 +236,15 @@ pub(super) struct AudioQuery {
     format: Option<String>,
 }
 
+impl AudioQuery {
+    /// `?format=` (`wav` or `flac`).
+    pub(super) fn new(format: &str) -> AudioQuery {
+        AudioQuery {
+            format: Some(format.to_string()),
+        }
+    }
+}
+
 fn wav_response(body: Body) -> Response {
     (
         [
@@ -290,7 +299,7 @@ fn live_body(live: Arc<LiveJob>) -> Body {
     Body::from_stream(stream)
 }
 
-fn flac_bytes(wav: &[u8]) -> Result<Vec<u8>, String> {
+pub(super) fn flac_bytes(wav: &[u8]) -> Result<Vec<u8>, String> {
     use flacenc::component::BitRepr;
     use flacenc::error::Verify;
     let reader = hound::WavReader::new(std::io::Cursor::new(wav)).map_err(|e| e.to_string())?;

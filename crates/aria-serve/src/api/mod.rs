@@ -4,6 +4,7 @@
 //! a 4xx/5xx status; a refusal over a limit names the limit (a [`crate::Limits`] field name or
 //! `queue_max`).
 
+mod audio;
 mod generate;
 mod jobs;
 mod meta;
@@ -299,6 +300,7 @@ pub(crate) fn router(s: Arc<Shared>, hub: Arc<StreamHub>) -> Router {
         .route("/metrics", get(meta::metrics))
         .route("/openapi.json", get(meta::openapi))
         .route("/v1/generate", axum::routing::post(generate::generate))
+        .route("/v1/audio/generate", axum::routing::post(audio::generate))
         .route("/v1/jobs", get(jobs::list))
         .route("/v1/jobs/{id}", get(jobs::get_job).delete(jobs::cancel))
         .route("/v1/jobs/{id}/audio", get(jobs::audio))
