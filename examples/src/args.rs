@@ -264,9 +264,13 @@ pub struct GenerateArgs {
     /// Output file: WAV, or FLAC when it ends in `.flac`; a batch writes NAME_0.EXT, NAME_1.EXT, …
     #[arg(long, short, default_value = "out.wav")]
     pub output: PathBuf,
-    /// Write 16-bit PCM instead of 32-bit float (FLAC: 16 instead of 24 bits).
+    /// Write 16-bit PCM instead of 32-bit float (FLAC: 16 instead of 24 bits). The default WAV
+    /// is 32-bit float, which some readers (Python's `wave`) cannot open.
     #[arg(long)]
     pub pcm16: bool,
+    /// Write 24-bit PCM WAV instead of 32-bit float (FLAC is 24-bit already).
+    #[arg(long, conflicts_with = "pcm16")]
+    pub pcm24: bool,
     /// Text-encoder arithmetic (default: bf16-dot where the CPU runs it faster than f32, on an
     /// AMX-BF16 tile unit or AVX-512 BF16 on AMD cores; else f32).
     #[arg(long, value_enum)]
@@ -329,9 +333,13 @@ pub struct DecodeArgs {
     /// Output file (WAV, or FLAC when it ends in `.flac`).
     #[arg(long, short, default_value = "out.wav")]
     pub output: PathBuf,
-    /// Write 16-bit PCM instead of 32-bit float (FLAC: 16 instead of 24 bits).
+    /// Write 16-bit PCM instead of 32-bit float (FLAC: 16 instead of 24 bits). The default WAV
+    /// is 32-bit float, which some readers (Python's `wave`) cannot open.
     #[arg(long)]
     pub pcm16: bool,
+    /// Write 24-bit PCM WAV instead of 32-bit float (FLAC is 24-bit already).
+    #[arg(long, conflicts_with = "pcm16")]
+    pub pcm24: bool,
 }
 
 #[derive(Args)]

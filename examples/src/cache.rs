@@ -213,7 +213,8 @@ pub fn generate(args: &GenerateArgs, opts: &CacheOpts, cx: &Ctx) -> Result<()> {
     let out = out?;
     let a = &out.generation.audio;
     let audio = aria_core::Tensor::from_vec(a.samples.clone(), &[a.channels, a.frames()])?;
-    let mut w = AudioWriter::create(&args.output, a.channels, a.sample_rate, args.pcm16)?;
+    let depth = crate::output::Depth::of(args.pcm16, args.pcm24);
+    let mut w = AudioWriter::create(&args.output, a.channels, a.sample_rate, depth)?;
     w.write(&audio)?;
     w.finish()?;
     if let Some(p) = &args.latents_out {

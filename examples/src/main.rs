@@ -25,7 +25,7 @@ use clap::Parser;
 use serde_json::{json, Value};
 
 use args::{Cli, Cmd, DecodeArgs, DemoArgs, EncodeArgs, GenerateArgs, InfoArgs, NoiseArgs};
-use output::{AudioWriter, Container};
+use output::{AudioWriter, Container, Depth};
 use ui::{secs, Ui};
 
 /// What every subcommand gets besides its own arguments.
@@ -69,6 +69,10 @@ fn demo_model(ui: &Ui) -> Result<ModelFiles> {
         synth::write_model(&dir, Preset::Tiny, aria_core::DType::F32, 0, &mut |_, _| {})?;
         pb.finish_and_clear();
     }
+    ui.note(&format!(
+        "the demo model (tiny, random weights) is cached in {}",
+        dir.display()
+    ));
     resolve_model(&dir.display().to_string(), &SearchPaths::default())
 }
 
@@ -147,7 +151,7 @@ struct Outputs {
 }
 
 impl Outputs {
-    fn create(paths: Vec<PathBuf>, channels: usize, sr: u32, pcm16: bool) -> Result<Self> {
+    fn create(paths: Vec<PathBuf>, channels: usize, sr: u32, depth: Depth) -> Result<Self> {
         let mut o = Outputs {
             writers: Vec::new(),
             peaks: vec![0.0; paths.len()],
@@ -155,7 +159,7 @@ impl Outputs {
             samples: 0,
         };
         for p in paths {
-            let w = AudioWriter::create(&p, channels, sr, pcm16);
+            let w = AudioWriter::create(&p, channels, sr, depth);
             o.paths.push(p);
             match w {
                 Ok(w) => o.writers.push(w),
@@ -252,6 +256,7 @@ fn generate(args: &GenerateArgs, cx: &Ctx) -> Result<()> {
     };
     let specs = steer::parse_specs(&args.steer)?;
     let pipe = load(&args.model.model, &opts, ui)?;
+    warn_prompts(&pipe, items.iter().map(|it| it.prompt.as_str()), ui)?;
     let steering = steer::generate_hook(&pipe, &specs, args.force, ui)?;
     let ready = ui.start.elapsed();
     let reqs: Vec<GenerateRequest> = items
@@ -269,7 +274,8 @@ fn generate(args: &GenerateArgs, cx: &Ctx) -> Result<()> {
 
     // The audio goes to the files as it is decoded.
     let channels = pipe.autoencoder().config().audio_channels;
-    let mut files = Outputs::create(paths, channels, pipe.sample_rate(), args.pcm16)?;
+    let depth = Depth::of(args.pcm16, args.pcm24);
+    let mut files = Outputs::create(paths, channels, pipe.sample_rate(), depth)?;
     let result = {
         let mut sink = |c: &AudioChunk<'_>| files.write(c);
         let mut progress = ui.generation_progress();
@@ -346,9 +352,10 @@ fn generate(args: &GenerateArgs, cx: &Ctx) -> Result<()> {
         );
         for (p, peak) in paths.iter().zip(&peaks) {
             eprintln!(
-                "wrote {} ({:.2} s, peak {peak:.3})",
+                "wrote {} ({:.2} s, {}, peak {peak:.3})",
                 p.display(),
-                samples as f64 / sr
+                samples as f64 / sr,
+                depth.describe(p)
             );
         }
         let per_step = if t.steps.is_empty() {
@@ -365,6 +372,32 @@ fn generate(args: &GenerateArgs, cx: &Ctx) -> Result<()> {
             secs(t.decode),
             secs(ui.start.elapsed())
         );
+    }
+    Ok(())
+}
+
+/// Warn about prompts the model will not read as written: empty ones (the generation is then
+/// unconditioned) and ones longer than the tokenizer's length (the rest is cut).
+fn warn_prompts<'a>(
+    pipe: &Pipeline,
+    prompts: impl Iterator<Item = &'a str>,
+    ui: &Ui,
+) -> Result<()> {
+    let tok = pipe.text().prompt().tokenizer();
+    for (i, p) in prompts.enumerate() {
+        if p.trim().is_empty() {
+            ui.warn(&format!(
+                "prompt {i} is empty: the generation has no text condition"
+            ));
+            continue;
+        }
+        let n = tok.length(p)?;
+        if n > tok.max_length() {
+            ui.warn(&format!(
+                "prompt {i} is {n} tokens; the model reads the first {} (the rest is cut)",
+                tok.max_length()
+            ));
+        }
     }
     Ok(())
 }
@@ -491,7 +524,7 @@ fn decode(args: &DecodeArgs, cx: &Ctx) -> Result<()> {
         vec![args.output.clone()],
         channels,
         pipe.sample_rate(),
-        args.pcm16,
+        Depth::of(args.pcm16, args.pcm24),
     )?;
     let pb = cx.ui.spinner("decoding");
     let r = pipe.decode_latents_to(&z, noise.as_mut(), &mut |c: &AudioChunk<'_>| files.write(c));
@@ -581,8 +614,25 @@ fn models(cx: &Ctx) -> Result<()> {
                 .join(", ")
         );
     }
+    if !found.is_empty() {
+        println!("{:<28} {:<10} FOLDER", "NAME", "SOURCE");
+    }
     for m in &found {
-        println!("{}\t{}", m.name, m.files.dir.display());
+        let dir = m.files.dir.display().to_string();
+        // A local folder is named by its path: show its last component as the name.
+        let name = if m.name == dir {
+            m.files
+                .dir
+                .file_name()
+                .map_or(dir.clone(), |n| n.to_string_lossy().into_owned())
+        } else {
+            m.name.clone()
+        };
+        let source = match m.source {
+            ModelSource::HubCache => "hub-cache",
+            ModelSource::Local => "local",
+        };
+        println!("{name:<28} {source:<10} {dir}");
     }
     Ok(())
 }

@@ -67,12 +67,47 @@ pub fn batch_paths(output: &Path, n: usize) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The samples of a written file: 32-bit float (WAV; 24-bit for FLAC), 16-bit or 24-bit PCM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Depth {
+    /// WAV: IEEE 32-bit float (`WAVE_FORMAT_EXTENSIBLE`, which Python's `wave` cannot read);
+    /// FLAC: 24-bit.
+    Float,
+    /// 16-bit PCM (read by every WAV reader).
+    Pcm16,
+    /// 24-bit PCM.
+    Pcm24,
+}
+
+impl Depth {
+    /// The depth of the `--pcm16` / `--pcm24` flags.
+    pub fn of(pcm16: bool, pcm24: bool) -> Depth {
+        match (pcm16, pcm24) {
+            (true, _) => Depth::Pcm16,
+            (false, true) => Depth::Pcm24,
+            _ => Depth::Float,
+        }
+    }
+
+    /// What a file of `path` holds at this depth, for messages.
+    pub fn describe(self, path: &Path) -> &'static str {
+        let flac = matches!(Container::of(path), Ok(Container::Flac));
+        match (self, flac) {
+            (Depth::Float, false) => "32-bit float WAV",
+            (Depth::Pcm16, false) => "16-bit PCM WAV",
+            (Depth::Pcm24, false) => "24-bit PCM WAV",
+            (Depth::Pcm16, true) => "16-bit FLAC",
+            (_, true) => "24-bit FLAC",
+        }
+    }
+}
+
 /// An audio file being written.
 pub enum AudioWriter {
     /// WAV through hound.
     Wav {
         w: Box<hound::WavWriter<BufWriter<File>>>,
-        pcm16: bool,
+        depth: Depth,
         path: PathBuf,
     },
     /// FLAC through flacenc.
@@ -84,9 +119,9 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
 }
 
 impl AudioWriter {
-    /// Create `path` for `channels` channels at `sample_rate`: 32-bit float WAV or 24-bit FLAC,
-    /// 16-bit PCM for both with `pcm16`.
-    pub fn create(path: &Path, channels: usize, sample_rate: u32, pcm16: bool) -> Result<Self> {
+    /// Create `path` for `channels` channels at `sample_rate`, WAV or FLAC by its extension, at
+    /// `depth`.
+    pub fn create(path: &Path, channels: usize, sample_rate: u32, depth: Depth) -> Result<Self> {
         if channels == 0 || channels > 8 {
             return Err(Error::Input(format!(
                 "{}: cannot write {channels} channels",
@@ -98,17 +133,21 @@ impl AudioWriter {
                 let spec = hound::WavSpec {
                     channels: channels as u16,
                     sample_rate,
-                    bits_per_sample: if pcm16 { 16 } else { 32 },
-                    sample_format: if pcm16 {
-                        hound::SampleFormat::Int
-                    } else {
+                    bits_per_sample: match depth {
+                        Depth::Float => 32,
+                        Depth::Pcm16 => 16,
+                        Depth::Pcm24 => 24,
+                    },
+                    sample_format: if depth == Depth::Float {
                         hound::SampleFormat::Float
+                    } else {
+                        hound::SampleFormat::Int
                     },
                 };
                 let w = hound::WavWriter::create(path, spec).map_err(|e| wav_err(path, e))?;
                 Ok(AudioWriter::Wav {
                     w: Box::new(w),
-                    pcm16,
+                    depth,
                     path: path.to_path_buf(),
                 })
             }
@@ -116,7 +155,7 @@ impl AudioWriter {
                 path,
                 channels,
                 sample_rate,
-                if pcm16 { 16 } else { 24 },
+                if depth == Depth::Pcm16 { 16 } else { 24 },
             )?))),
         }
     }
@@ -135,14 +174,18 @@ impl AudioWriter {
         let a = audio.contiguous()?;
         let v = a.as_slice::<f32>()?;
         match self {
-            AudioWriter::Wav { w, pcm16, path } => {
+            AudioWriter::Wav { w, depth, path } => {
                 for i in 0..n {
                     for c in 0..ch {
                         let x = v[c * n + i];
-                        let r = if *pcm16 {
-                            w.write_sample((x.clamp(-1.0, 1.0) * 32767.0).round() as i16)
-                        } else {
-                            w.write_sample(x)
+                        let r = match depth {
+                            Depth::Pcm16 => {
+                                w.write_sample((x.clamp(-1.0, 1.0) * 32767.0).round() as i16)
+                            }
+                            Depth::Pcm24 => {
+                                w.write_sample((x.clamp(-1.0, 1.0) * 8_388_607.0).round() as i32)
+                            }
+                            Depth::Float => w.write_sample(x),
                         };
                         r.map_err(|e| wav_err(path, e))?;
                     }
@@ -356,7 +399,7 @@ mod tests {
             .collect();
         let dir = aria_testing::TempDir::new("flac");
         let path = dir.join("streamed.flac");
-        let mut w = AudioWriter::create(&path, ch, 44100, false).unwrap();
+        let mut w = AudioWriter::create(&path, ch, 44100, Depth::Float).unwrap();
         // In uneven pieces, as decode windows arrive.
         let a = Tensor::from_vec(v.clone(), &[ch, n]).unwrap();
         let mut at = 0;

@@ -49,10 +49,10 @@ pub enum SteerCmd {
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// Duration of each run in seconds (audio-side runs: the clip's, capped at the model's
-    /// maximum).
-    #[arg(long, short, default_value_t = 10.0)]
-    pub seconds: f64,
+    /// Duration of each run in seconds (default: 10, or the model's maximum when lower;
+    /// audio-side runs: the clip's, capped at the model's maximum).
+    #[arg(long, short)]
+    pub seconds: Option<f64>,
     /// Headroom (seconds) added to the duration when sizing the latents.
     #[arg(long, default_value_t = 6.0)]
     pub duration_padding: f64,
@@ -239,6 +239,11 @@ fn load_pipe(model: &Option<String>, run: &RunArgs, cx: &Ctx) -> Result<Pipeline
     crate::load(model, &opts, &cx.ui)
 }
 
+/// The duration of the runs: `--seconds`, else 10 s or the model's maximum when lower.
+fn run_seconds(run: &RunArgs, pipe: &Pipeline) -> f64 {
+    run.seconds.unwrap_or_else(|| 10f64.min(pipe.max_seconds()))
+}
+
 fn request(prompt: &str, run: &RunArgs, seconds: f64) -> GenerateRequest {
     let mut req = GenerateRequest::new(prompt, seconds);
     req.steps = run.steps;
@@ -359,7 +364,7 @@ fn extract(a: &ExtractArgs, cx: &Ctx) -> Result<()> {
                 examples.push(Example {
                     positive,
                     label: c.clone(),
-                    req: request(c, run, run.seconds),
+                    req: request(c, run, run_seconds(run, &pipe)),
                     seed: run.seed + i as u64,
                 });
             }
@@ -490,7 +495,7 @@ fn extract(a: &ExtractArgs, cx: &Ctx) -> Result<()> {
     let mut file = build_direction_file(&bcs, &info).map_err(steer_err)?;
     pb.finish_and_clear();
     file.meta.settings = Some(ExtractSettings {
-        seconds: run.seconds,
+        seconds: run_seconds(run, &pipe),
         duration_padding: run.duration_padding,
         steps: run.steps,
         cfg_scale: run.cfg,
@@ -676,7 +681,7 @@ fn sweep_run(
     direction: &[f32],
 ) -> Result<Measured> {
     let run = &a.run;
-    let req = request(&a.prompt, run, run.seconds);
+    let req = request(&a.prompt, run, run_seconds(run, pipe));
     let mut list = HookList::new();
     if let Some(s) = steering {
         list.push(Arc::new(SteeringHook::from_steerings(vec![s])));

@@ -74,7 +74,8 @@ pub struct StreamArgs {
     /// Largest phase-alignment shift at a join, in milliseconds (0: none).
     #[arg(long, default_value_t = 5.0)]
     pub align_ms: f64,
-    /// Stop after this many seconds (rounded up to whole chunks; absent: endless).
+    /// Stop after this many seconds (the last chunk is generated whole and cut to the total;
+    /// absent: endless).
     #[arg(long)]
     pub total: Option<f64>,
     /// Sampler steps (default: the model's preset).

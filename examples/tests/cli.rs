@@ -718,3 +718,47 @@ fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// The README's library example is `examples/readme.rs` verbatim (which the test build
+/// compiles), and it runs.
+#[test]
+fn readme_library_example_is_the_example_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let ex = std::fs::read_to_string(root.join("readme.rs")).unwrap();
+    let a = ex.find("// README:begin\n").unwrap() + "// README:begin\n".len();
+    let b = ex.find("// README:end").unwrap();
+    let readme = std::fs::read_to_string(root.join("../README.md")).unwrap();
+    assert!(
+        readme.contains(&format!("```rust\n{}```", &ex[a..b])),
+        "the README's library example differs from examples/readme.rs"
+    );
+}
+
+/// An empty prompt and one longer than the tokenizer reads are warned about; the default WAV
+/// is named as 32-bit float and `--pcm24` writes 24-bit PCM.
+#[test]
+fn prompts_the_model_cannot_read_as_written_are_warned_about() {
+    let d = TempDir::new("cli-prompts");
+    let m = model();
+    let m = m.to_str().unwrap();
+    let out_path = d.join("o.wav").display().to_string();
+    let run = |prompt: &str, extra: &[&str]| {
+        let mut v = vec![
+            "generate", "--model", m, "--prompt", prompt, "--seconds", "0.3", "--steps", "2", "-o",
+            &out_path,
+        ];
+        v.extend_from_slice(extra);
+        ok(&aria(&v, &d))
+    };
+    let e = run("", &[]);
+    assert!(e.contains("prompt 0 is empty"), "{e}");
+    assert!(e.contains("32-bit float WAV"), "{e}");
+    let long = "rain ".repeat(2000);
+    let e = run(&long, &["--pcm24"]);
+    assert!(e.contains("the model reads the first 256"), "{e}");
+    assert!(e.contains("24-bit PCM WAV"), "{e}");
+    let r = hound::WavReader::open(&out_path).unwrap();
+    assert_eq!(r.spec().bits_per_sample, 24);
+    let e = run("soft rain", &[]);
+    assert!(!e.contains("warning: prompt"), "{e}");
+}

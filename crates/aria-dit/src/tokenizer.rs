@@ -238,6 +238,24 @@ impl PromptTokenizer {
         Ok(ids)
     }
 
+    /// How many ids `text` makes with special tokens before truncation to `max_length` (more
+    /// than [`Self::max_length`]: the rest is cut, as the reference cuts it).
+    pub fn length(&self, text: &str) -> Result<usize> {
+        let enc = self
+            .inner
+            .encode_fast(text, true)
+            .map_err(|e| DitError::Tokenizer {
+                path: self.path.clone(),
+                reason: format!("encoding {text:?}: {e}"),
+            })?;
+        Ok(enc.get_ids().len()
+            + enc
+                .get_overflowing()
+                .iter()
+                .map(|o| o.get_ids().len())
+                .sum::<usize>())
+    }
+
     /// Tokenize a batch: `[batch, max_length]` ids right-padded with the pad id, and the mask.
     pub fn encode_batch(&self, texts: &[&str]) -> Result<TokenBatch> {
         let len = self.max_length;

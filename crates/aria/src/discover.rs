@@ -234,9 +234,11 @@ pub fn resolve_model(spec: &str, search: &SearchPaths) -> Result<ModelFiles> {
     }
     let hint = match &repo {
         Some(r) => {
-            format!("; download it with `huggingface-cli download {r}` or pass --model <folder>")
+            format!(
+                "; download it with `huggingface-cli download {r}`, or give the folder it is in"
+            )
         }
-        None => "; pass --model <folder> or one of small-music, small-sfx, medium".to_string(),
+        None => "; give a model folder, or one of small-music, small-sfx, medium".to_string(),
     };
     Err(Error::ModelNotFound {
         spec: spec.into(),

@@ -42,6 +42,23 @@ pub struct SynthSummary {
     pub t5_bytes: u64,
 }
 
+/// The tiny random-weight model of `aria demo` in `dir` (written there unless a complete one
+/// is already there), resolved for [`Pipeline::load`](crate::Pipeline::load). Its output is
+/// noise, but every stage of a generation runs: for examples and tests without a download.
+pub fn tiny_model(dir: &Path) -> Result<crate::discover::ModelFiles> {
+    let resolve = || {
+        crate::discover::resolve_model(
+            &dir.display().to_string(),
+            &crate::discover::SearchPaths::default(),
+        )
+    };
+    if let Ok(f) = resolve() {
+        return Ok(f);
+    }
+    write_model(dir, Preset::Tiny, DType::F32, 0, &mut |_, _| {})?;
+    resolve()
+}
+
 /// Write a random model folder for `preset`: `model_config.json`, `model.safetensors` (in
 /// `dtype`, F32 or F16), and `t5gemma-b-b-ul2/` (`config.json`, BF16 encoder
 /// `model.safetensors`, stand-in `tokenizer.json`, `tokenizer_config.json`). `progress` is
