@@ -21,6 +21,10 @@ pub struct Cli {
     /// Print a machine-readable JSON summary on stdout.
     #[arg(long, global = true)]
     pub json: bool,
+    /// More detail on stderr: what loading did to the weights (kinds, bytes, pages released)
+    /// and every step's time.
+    #[arg(long, short, global = true, conflicts_with = "quiet")]
+    pub verbose: bool,
     /// Worker threads (default: every core).
     #[arg(long, short = 't', global = true)]
     pub threads: Option<usize>,

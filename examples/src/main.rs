@@ -342,6 +342,15 @@ fn generate(args: &GenerateArgs, cx: &Ctx) -> Result<()> {
             "precision": precision_json(&pipe),
         }));
     }
+    ui.detail(&pipe.quant_report().summary());
+    ui.detail(&format!(
+        "steps: {}",
+        t.steps
+            .iter()
+            .map(|d| format!("{:.3} s", d.as_secs_f64()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
     if !ui.quiet {
         let q = pipe.quant_report();
         eprintln!(
@@ -651,6 +660,7 @@ fn run(cli: &Cli, start: Instant) -> Result<()> {
         threads: cli.threads,
         ui: Ui {
             quiet: cli.quiet,
+            verbose: cli.verbose,
             start,
         },
         json: cli.json,

@@ -186,6 +186,11 @@ fn parse_prompt_at(s: &str) -> Result<(f64, String)> {
 
 /// Run `aria stream`.
 pub fn run(a: &StreamArgs, cx: &Ctx) -> Result<()> {
+    if cx.json && a.output.as_os_str() == "-" {
+        return Err(Error::Input(
+            "--json needs -o FILE: with -o - the audio goes to stdout".into(),
+        ));
+    }
     let mut schedule = a
         .prompt_at
         .iter()
@@ -347,6 +352,23 @@ pub fn run(a: &StreamArgs, cx: &Ctx) -> Result<()> {
         })?;
     }
     let audio_sec = written as f64 / f64::from(sr);
+    let rtf = gen_time / ((k * c) as f64 / f64::from(sr)).max(1e-9);
+    if cx.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "command": "stream",
+                "output": a.output.display().to_string(),
+                "chunks": k,
+                "seconds": audio_sec,
+                "samples": written,
+                "sample_rate": sr,
+                "channels": ch,
+                "real_time_factor": rtf,
+                "total_s": t0.elapsed().as_secs_f64(),
+            })
+        );
+    }
     cx.ui.note(&format!(
         "{k} chunks, {audio_sec:.2} s of audio in {:.2} s: real-time factor {:.3} \
          (generation only)",

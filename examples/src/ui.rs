@@ -9,10 +9,18 @@ use indicatif::{ProgressBar, ProgressStyle};
 /// Progress display (bars on stderr unless quiet).
 pub struct Ui {
     pub quiet: bool,
+    pub verbose: bool,
     pub start: Instant,
 }
 
 impl Ui {
+    /// A line on stderr with `--verbose` only.
+    pub fn detail(&self, msg: &str) {
+        if self.verbose && !self.quiet {
+            eprintln!("{msg}");
+        }
+    }
+
     pub fn spinner(&self, msg: &str) -> ProgressBar {
         if self.quiet {
             return ProgressBar::hidden();

@@ -699,7 +699,15 @@ fn models_lists_what_discovery_finds() {
         String::from_utf8(out.stdout).unwrap()
     };
     let text = run(false);
-    assert!(text.starts_with("small-sfx\t"), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("NAME") && lines[0].contains("FOLDER"),
+        "{text}"
+    );
+    assert!(
+        lines[1].starts_with("small-sfx ") && lines[1].contains("hub-cache"),
+        "{text}"
+    );
     assert!(text.contains("snapshots/r1"), "{text}");
     let v: serde_json::Value = serde_json::from_str(&run(true)).unwrap();
     assert_eq!(v["models"][0]["name"], "small-sfx");
@@ -744,7 +752,16 @@ fn prompts_the_model_cannot_read_as_written_are_warned_about() {
     let out_path = d.join("o.wav").display().to_string();
     let run = |prompt: &str, extra: &[&str]| {
         let mut v = vec![
-            "generate", "--model", m, "--prompt", prompt, "--seconds", "0.3", "--steps", "2", "-o",
+            "generate",
+            "--model",
+            m,
+            "--prompt",
+            prompt,
+            "--seconds",
+            "0.3",
+            "--steps",
+            "2",
+            "-o",
             &out_path,
         ];
         v.extend_from_slice(extra);
@@ -761,4 +778,52 @@ fn prompts_the_model_cannot_read_as_written_are_warned_about() {
     assert_eq!(r.spec().bits_per_sample, 24);
     let e = run("soft rain", &[]);
     assert!(!e.contains("warning: prompt"), "{e}");
+}
+
+/// `--verbose` adds the load report and the step times; `stream --json` describes the run (and
+/// refuses stdout, which carries the audio).
+#[test]
+fn verbose_and_stream_json() {
+    let d = TempDir::new("cli-verbose");
+    let m = model();
+    let m = m.to_str().unwrap();
+    let o = d.join("o.wav").display().to_string();
+    let e = ok(&aria(
+        &[
+            "generate",
+            "-v",
+            "--model",
+            m,
+            "-p",
+            "rain",
+            "--seconds",
+            "0.3",
+            "--steps",
+            "2",
+            "-o",
+            &o,
+        ],
+        &d,
+    ));
+    assert!(
+        e.contains("DiT weights f32") && e.contains("steps: "),
+        "{e}"
+    );
+    let s = d.join("s.wav").display().to_string();
+    let out = aria(
+        &[
+            "stream", "--json", "--model", m, "-p", "rain", "--total", "2", "-o", &s,
+        ],
+        &d,
+    );
+    ok(&out);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["command"], "stream");
+    assert!(v["chunks"].as_u64().unwrap() >= 1);
+    assert!((v["seconds"].as_f64().unwrap() - 2.0).abs() < 1e-3, "{v}");
+    let out = aria(
+        &["stream", "--json", "--model", m, "-p", "rain", "-o", "-"],
+        &d,
+    );
+    assert_one_line_error(&out, "--json needs -o FILE");
 }

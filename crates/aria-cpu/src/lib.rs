@@ -16,6 +16,17 @@
 //! Every kernel keeps each reduction inside one call on one thread, so results never depend on
 //! the thread count.
 //!
+//! ```
+//! use aria_cpu::{dot, with_isa, Isa};
+//! let (a, b) = (vec![0.5f32; 100], vec![2.0f32; 100]);
+//! // The best path of this CPU, then every path it can run: each gives the scalar result here.
+//! let best = dot(&a, &b);
+//! for isa in Isa::available() {
+//!     assert_eq!(with_isa(isa, || dot(&a, &b)), best);
+//! }
+//! println!("{best} on {:?}", Isa::detect());
+//! ```
+//!
 //! # Which ops have per-ISA kernels
 //!
 //! The fused row kernels are written once over a small vector trait (`simd::Simd`: `f32`, AVX2
