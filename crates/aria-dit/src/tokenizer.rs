@@ -224,15 +224,19 @@ impl PromptTokenizer {
         self.inner.get_vocab_size(true)
     }
 
-    /// The ids of one text with special tokens, truncated to `max_length`, not padded.
-    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        let enc = self
-            .inner
+    /// The encoding of one text with special tokens (truncated; the rest in its overflow).
+    fn encoding(&self, text: &str) -> Result<tokenizers::Encoding> {
+        self.inner
             .encode_fast(text, true)
             .map_err(|e| DitError::Tokenizer {
                 path: self.path.clone(),
                 reason: format!("encoding {text:?}: {e}"),
-            })?;
+            })
+    }
+
+    /// The ids of one text with special tokens, truncated to `max_length`, not padded.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self.encoding(text)?;
         let mut ids = enc.get_ids().to_vec();
         ids.truncate(self.max_length);
         Ok(ids)
@@ -241,13 +245,7 @@ impl PromptTokenizer {
     /// How many ids `text` makes with special tokens before truncation to `max_length` (more
     /// than [`Self::max_length`]: the rest is cut, as the reference cuts it).
     pub fn length(&self, text: &str) -> Result<usize> {
-        let enc = self
-            .inner
-            .encode_fast(text, true)
-            .map_err(|e| DitError::Tokenizer {
-                path: self.path.clone(),
-                reason: format!("encoding {text:?}: {e}"),
-            })?;
+        let enc = self.encoding(text)?;
         Ok(enc.get_ids().len()
             + enc
                 .get_overflowing()

@@ -78,9 +78,10 @@ impl CudaBackend {
         // A warp per output: 32 threads of the grid-stride launch each.
         let cfg = launch::elementwise(outputs.saturating_mul(32));
         let (m64, n64, k64) = (m as u64, rows as u64, cols as u64);
-        match (format, w8a8) {
-            (WeightFormat::Q8_0, false) => self.launch(
-                "linear_q8_0_f32",
+        // The weight-only kernels take the same arguments.
+        let weight_only = |entry: &'static str| {
+            self.launch(
+                entry,
                 cfg,
                 &[
                     KArg::P(px),
@@ -91,7 +92,10 @@ impl CudaBackend {
                     KArg::U(n64),
                     KArg::U(k64),
                 ],
-            )?,
+            )
+        };
+        match (format, w8a8) {
+            (WeightFormat::Q8_0, false) => weight_only("linear_q8_0_f32")?,
             (WeightFormat::Q8_0, true) => {
                 let nb = cols.div_ceil(32);
                 let q = self.alloc(&[m, nb * 32], DType::I8, false)?;
@@ -123,19 +127,7 @@ impl CudaBackend {
                     ],
                 )?
             }
-            (WeightFormat::Bf16Panels, false) => self.launch(
-                "linear_bf16_pairs_f32",
-                cfg,
-                &[
-                    KArg::P(px),
-                    KArg::P(pw),
-                    KArg::P(pb),
-                    KArg::P(po),
-                    KArg::U(m64),
-                    KArg::U(n64),
-                    KArg::U(k64),
-                ],
-            )?,
+            (WeightFormat::Bf16Panels, false) => weight_only("linear_bf16_pairs_f32")?,
             _ => {
                 return Err(CoreError::Unsupported {
                     op: OP,

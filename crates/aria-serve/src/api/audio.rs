@@ -15,17 +15,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
 use axum::extract::{Extension, Path, Query, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::generate::{counted, read_body, submit_body};
+use super::generate::{counted, declared_length, read_body, submit_body};
 use super::jobs::{self, AudioQuery};
 use super::owner::Caller;
 use super::ApiError;
-use crate::jobs::JobState;
 use crate::request::GenerateBody;
 use crate::state::Shared;
 
@@ -152,12 +150,7 @@ pub(super) async fn generate(
 
 async fn run(s: &Arc<Shared>, caller: &Caller, req: Request) -> Result<Response, ApiError> {
     let (parts, body) = req.into_parts();
-    let declared = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    let bytes = read_body(s, body, declared).await?;
+    let bytes = read_body(s, body, declared_length(&parts.headers)).await?;
     let b: AudioGenerateBody = serde_json::from_slice(&bytes)
         .map_err(|e| unprocessable("body", format!("request body is not a valid request: {e}")))?;
     let (body, flac, stream) = translate(b)?;
@@ -198,57 +191,20 @@ async fn whole(
 ) -> Result<Response, ApiError> {
     let t0 = Instant::now();
     loop {
-        let (r, _) = jobs::record(s, caller, id).await?;
-        match r.state {
-            JobState::Done => {
-                let name = r
-                    .result
-                    .ok_or_else(|| ApiError::internal(format!("job `{id}` has no result")))?;
-                let wav = tokio::fs::read(s.cfg.results_dir.join(&name))
-                    .await
-                    .map_err(|e| {
-                        ApiError::internal(format!(
-                            "the result of job `{id}` is unreadable: {}",
-                            e.kind()
-                        ))
-                    })?;
-                if !flac {
-                    return Ok((
-                        [
-                            (header::CONTENT_TYPE, "audio/wav"),
-                            (header::CACHE_CONTROL, "no-store"),
-                        ],
-                        Body::from(wav),
-                    )
-                        .into_response());
-                }
-                let bytes = tokio::task::spawn_blocking(move || jobs::flac_bytes(&wav))
-                    .await
-                    .map_err(|e| ApiError::internal(e.to_string()))?
-                    .map_err(|e| ApiError::internal(format!("FLAC encoding: {e}")))?;
-                return Ok(([(header::CONTENT_TYPE, "audio/flac")], bytes).into_response());
-            }
-            JobState::Failed | JobState::Cancelled => {
-                return Err(ApiError::conflict(format!(
-                    "job `{id}` is {}: {}",
-                    r.state.name(),
-                    r.error.unwrap_or_default()
-                )))
-            }
-            JobState::Queued | JobState::Running => {
-                if t0.elapsed() > WAIT {
-                    return Err(ApiError {
-                        status: StatusCode::GATEWAY_TIMEOUT,
-                        code: "timeout",
-                        ..ApiError::conflict(format!(
-                            "job `{id}` did not finish within {} s (follow it at /v1/jobs/{id})",
-                            WAIT.as_secs()
-                        ))
-                    });
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+        if let Some(wav) = jobs::finished_wav(s, caller, id).await? {
+            return jobs::audio_response(wav, flac).await;
         }
+        if t0.elapsed() > WAIT {
+            return Err(ApiError {
+                status: StatusCode::GATEWAY_TIMEOUT,
+                code: "timeout",
+                ..ApiError::conflict(format!(
+                    "job `{id}` did not finish within {} s (follow it at /v1/jobs/{id})",
+                    WAIT.as_secs()
+                ))
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -16,6 +16,14 @@ use crate::jobs::{new_job_id, NewJob};
 use crate::request::{validate, Checks, GenerateBody, SavedInputs, Upload};
 use crate::state::Shared;
 
+/// The `Content-Length` a request declares, if any.
+pub(super) fn declared_length(headers: &axum::http::HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+}
+
 /// Read the whole body within the `body_bytes` and `body_timeout` limits.
 pub(super) async fn read_body(
     s: &Shared,
@@ -229,11 +237,7 @@ async fn submit(s: &Arc<Shared>, caller: &Caller, req: Request) -> Result<Respon
         return Err(ApiError::unavailable("the server is shutting down"));
     }
     let (parts, body) = req.into_parts();
-    let declared = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let declared = declared_length(&parts.headers);
     let ctype = parts
         .headers
         .get(header::CONTENT_TYPE)

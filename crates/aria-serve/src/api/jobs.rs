@@ -91,7 +91,7 @@ fn owner_of(r: &JobRecord) -> Option<String> {
 }
 
 /// The job `id` if it exists and `caller` may see it (else 404, whether or not it exists).
-pub(super) async fn record(
+async fn record(
     s: &Arc<Shared>,
     caller: &Caller,
     id: &str,
@@ -299,7 +299,7 @@ fn live_body(live: Arc<LiveJob>) -> Body {
     Body::from_stream(stream)
 }
 
-pub(super) fn flac_bytes(wav: &[u8]) -> Result<Vec<u8>, String> {
+fn flac_bytes(wav: &[u8]) -> Result<Vec<u8>, String> {
     use flacenc::component::BitRepr;
     use flacenc::error::Verify;
     let reader = hound::WavReader::new(std::io::Cursor::new(wav)).map_err(|e| e.to_string())?;
@@ -351,45 +351,60 @@ pub(super) async fn audio(
                 return Ok(wav_response(live_body(live)));
             }
         }
-        let (r, _) = record(&s, &caller, &id).await?;
-        match r.state {
-            JobState::Done => {
-                let name = r.result.ok_or_else(|| expired(&id))?;
-                let path = s.cfg.results_dir.join(&name);
-                let wav = tokio::fs::read(&path).await.map_err(|e| {
+        if let Some(wav) = finished_wav(&s, &caller, &id).await? {
+            return audio_response(wav, flac).await;
+        }
+        if t0.elapsed() > AUDIO_WAIT {
+            return Err(ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                "timeout",
+                format!("job `{id}` did not start within {} s", AUDIO_WAIT.as_secs()),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A finished job's WAV (`None` while it is queued or running); an error for a failed or
+/// cancelled job, or a result past its retention.
+pub(super) async fn finished_wav(
+    s: &Arc<Shared>,
+    caller: &Caller,
+    id: &str,
+) -> Result<Option<Vec<u8>>, ApiError> {
+    let (r, _) = record(s, caller, id).await?;
+    match r.state {
+        JobState::Done => {
+            let name = r.result.ok_or_else(|| expired(id))?;
+            let wav = tokio::fs::read(s.cfg.results_dir.join(&name))
+                .await
+                .map_err(|e| {
                     ApiError::internal(format!(
                         "the result of job `{id}` is unreadable: {}",
                         e.kind()
                     ))
                 })?;
-                if !flac {
-                    return Ok(wav_response(Body::from(wav)));
-                }
-                let bytes = tokio::task::spawn_blocking(move || flac_bytes(&wav))
-                    .await
-                    .map_err(|e| ApiError::internal(e.to_string()))?
-                    .map_err(|e| ApiError::internal(format!("FLAC encoding: {e}")))?;
-                return Ok(([(header::CONTENT_TYPE, "audio/flac")], bytes).into_response());
-            }
-            JobState::Failed | JobState::Cancelled => {
-                return Err(ApiError::conflict(format!(
-                    "job `{id}` is {}: {}",
-                    r.state.name(),
-                    r.error.unwrap_or_default()
-                )))
-            }
-            JobState::Queued | JobState::Running => {
-                if t0.elapsed() > AUDIO_WAIT {
-                    return Err(ApiError::new(
-                        StatusCode::GATEWAY_TIMEOUT,
-                        "timeout",
-                        format!("job `{id}` did not start within {} s", AUDIO_WAIT.as_secs()),
-                    ));
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            Ok(Some(wav))
         }
+        JobState::Failed | JobState::Cancelled => Err(ApiError::conflict(format!(
+            "job `{id}` is {}: {}",
+            r.state.name(),
+            r.error.unwrap_or_default()
+        ))),
+        JobState::Queued | JobState::Running => Ok(None),
     }
+}
+
+/// A whole result as WAV, or converted to FLAC.
+pub(super) async fn audio_response(wav: Vec<u8>, flac: bool) -> Result<Response, ApiError> {
+    if !flac {
+        return Ok(wav_response(Body::from(wav)));
+    }
+    let bytes = tokio::task::spawn_blocking(move || flac_bytes(&wav))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| ApiError::internal(format!("FLAC encoding: {e}")))?;
+    Ok(([(header::CONTENT_TYPE, "audio/flac")], bytes).into_response())
 }
 
 /// `?width=&height=` of a picture.
