@@ -85,7 +85,10 @@ fn cc_accepts(flags: &[&str], tmp: &Path) -> bool {
 #[test]
 fn c_program_runs_clean() {
     let Some(lib) = lib_dir() else {
-        aria_testing::skip("c_api::c_program_runs_clean: the shared library was not built");
+        aria_testing::skip(
+            "c_api::c_program_runs_clean: the shared library is not built \
+             (`cargo build -p aria-capi` first; .ci/test does)",
+        );
         return;
     };
     let tmp = TempDir::new("capi-c");
@@ -139,7 +142,10 @@ fn c_program_runs_clean() {
 #[test]
 fn python_ctypes_example_runs() {
     let Some(lib) = lib_dir() else {
-        aria_testing::skip("c_api::python_ctypes_example_runs: the shared library was not built");
+        aria_testing::skip(
+            "c_api::python_ctypes_example_runs: the shared library is not built \
+             (`cargo build -p aria-capi` first; .ci/test does)",
+        );
         return;
     };
     let tmp = TempDir::new("capi-py");
