@@ -378,32 +378,46 @@ struct RequestJson {
     batch: Vec<ItemJson>,
 }
 
-/// The requests of `json` for `pipe`, with the LoRA stack set as they ask.
-fn requests(
-    pipe: &mut Pipeline,
-    json: &str,
-) -> Result<(Vec<GenerateRequest>, RequestJson), (AriaStatus, String)> {
-    let r: RequestJson =
-        serde_json::from_str(json).map_err(|e| invalid(format!("request: {e}")))?;
-    let items = match (&r.prompt, r.batch.is_empty()) {
-        (Some(p), true) => vec![ItemJson {
-            prompt: p.clone(),
-            negative_prompt: r.negative_prompt.clone(),
-            seconds: r.seconds,
-        }],
-        (None, false) => r.batch.clone(),
-        (Some(_), false) => return Err(invalid("request: give `prompt` or `batch`, not both")),
-        (None, true) => return Err(invalid("request: `prompt` (or `batch`) is missing")),
-    };
+impl RequestJson {
+    fn parse(json: &str) -> Result<RequestJson, Failure> {
+        serde_json::from_str(json).map_err(|e| invalid(format!("request: {e}")))
+    }
+
+    /// The batch items, each with its duration resolved (its own, the request's, else 10 s)
+    /// and checked.
+    fn items(&self) -> Result<Vec<(ItemJson, f64)>, Failure> {
+        let items = match (&self.prompt, self.batch.is_empty()) {
+            (Some(p), true) => vec![ItemJson {
+                prompt: p.clone(),
+                negative_prompt: self.negative_prompt.clone(),
+                seconds: self.seconds,
+            }],
+            (None, false) => self.batch.clone(),
+            (Some(_), false) => return Err(invalid("request: give `prompt` or `batch`, not both")),
+            (None, true) => return Err(invalid("request: `prompt` (or `batch`) is missing")),
+        };
+        items
+            .into_iter()
+            .enumerate()
+            .map(|(i, it)| {
+                let seconds = it.seconds.or(self.seconds).unwrap_or(10.0);
+                if !(seconds.is_finite() && seconds > 0.0) {
+                    return Err(invalid(format!(
+                        "request item {i}: seconds {seconds} is not positive"
+                    )));
+                }
+                Ok((it, seconds))
+            })
+            .collect()
+    }
+}
+
+/// The requests of `r` for `pipe`, with the LoRA stack set as they ask.
+fn requests(pipe: &mut Pipeline, r: &RequestJson) -> Result<Vec<GenerateRequest>, Failure> {
     let defaults = pipe.sampling_defaults();
+    let items = r.items()?;
     let mut out = Vec::with_capacity(items.len());
-    for (i, it) in items.into_iter().enumerate() {
-        let seconds = it.seconds.or(r.seconds).unwrap_or(10.0);
-        if !(seconds.is_finite() && seconds > 0.0) {
-            return Err(invalid(format!(
-                "request item {i}: seconds {seconds} is not positive"
-            )));
-        }
+    for (it, seconds) in items {
         let mut q = GenerateRequest::new(it.prompt, seconds);
         q.steps = r.steps.unwrap_or(defaults.steps);
         q.cfg_scale = r.cfg.unwrap_or(defaults.cfg_scale);
@@ -431,7 +445,7 @@ fn requests(
                 .map_err(|e| invalid(format!("loras: {e}")))?;
         }
     }
-    Ok((out, r))
+    Ok(out)
 }
 
 /// The steering hook of `specs` (`None` without any).
@@ -489,7 +503,7 @@ type Sink<'a> = dyn FnMut(u32, &[f32], usize, usize, usize) -> Result<(), Failur
 /// Run the requests with the callbacks; `sink` gets each chunk's item and interleaved frames.
 fn run(
     m: &AriaModel,
-    request_json: &str,
+    r: &RequestJson,
     progress: AriaProgress,
     user: *mut c_void,
     sink: &mut Sink<'_>,
@@ -498,7 +512,7 @@ fn run(
         .pipe
         .lock()
         .map_err(|_| failed("the model is unusable after a panic in an earlier call"))?;
-    let (reqs, r) = requests(&mut pipe, request_json)?;
+    let reqs = requests(&mut pipe, r)?;
     let hook = steering(&pipe, &r.steer)?;
     let cancel = CancelToken::new();
     let mut prog = Progress {
@@ -580,7 +594,7 @@ pub unsafe extern "C" fn aria_generate(
             }
             Ok(())
         };
-        run(m, json, progress, user, &mut sink)
+        run(m, &RequestJson::parse(json)?, progress, user, &mut sink)
     })
 }
 
@@ -611,20 +625,12 @@ pub unsafe extern "C" fn aria_generate_into(
             return Err(invalid("out or written is NULL"));
         }
         // The size asked: every item's frames × channels.
-        let r: RequestJson =
-            serde_json::from_str(json).map_err(|e| invalid(format!("request: {e}")))?;
-        let secs: Vec<f64> = if r.batch.is_empty() {
-            vec![r.seconds.unwrap_or(10.0)]
-        } else {
-            r.batch
-                .iter()
-                .map(|b| b.seconds.or(r.seconds).unwrap_or(10.0))
-                .collect()
-        };
+        let r = RequestJson::parse(json)?;
         let ch = m.channels as usize;
-        let per: Vec<usize> = secs
+        let per: Vec<usize> = r
+            .items()?
             .iter()
-            .map(|s| (s.max(0.0) * f64::from(m.sample_rate)).round() as usize * ch)
+            .map(|(_, s)| (s * f64::from(m.sample_rate)).round() as usize * ch)
             .collect();
         let need: usize = per.iter().sum();
         if need > capacity {
@@ -659,7 +665,7 @@ pub unsafe extern "C" fn aria_generate_into(
             count += n;
             Ok(())
         };
-        let res = run(m, json, progress, user, &mut sink);
+        let res = run(m, &r, progress, user, &mut sink);
         // SAFETY: non-null and writable by the caller's contract.
         unsafe { *written = count };
         res

@@ -38,6 +38,18 @@ fn lib_dir() -> Option<PathBuf> {
     names.iter().any(|n| dir.join(n).exists()).then_some(dir)
 }
 
+/// [`lib_dir`], or a skip naming `test` and what to run first.
+fn lib_or_skip(test: &str) -> Option<PathBuf> {
+    let dir = lib_dir();
+    if dir.is_none() {
+        aria_testing::skip(format!(
+            "c_api::{test}: the shared library is not built \
+             (`cargo build -p aria-capi` first; .ci/test does)"
+        ));
+    }
+    dir
+}
+
 fn lib_file(dir: &Path) -> PathBuf {
     ["libaria_capi.so", "libaria_capi.dylib", "aria_capi.dll"]
         .iter()
@@ -84,11 +96,7 @@ fn cc_accepts(flags: &[&str], tmp: &Path) -> bool {
 
 #[test]
 fn c_program_runs_clean() {
-    let Some(lib) = lib_dir() else {
-        aria_testing::skip(
-            "c_api::c_program_runs_clean: the shared library is not built \
-             (`cargo build -p aria-capi` first; .ci/test does)",
-        );
+    let Some(lib) = lib_or_skip("c_program_runs_clean") else {
         return;
     };
     let tmp = TempDir::new("capi-c");
@@ -141,11 +149,7 @@ fn c_program_runs_clean() {
 
 #[test]
 fn python_ctypes_example_runs() {
-    let Some(lib) = lib_dir() else {
-        aria_testing::skip(
-            "c_api::python_ctypes_example_runs: the shared library is not built \
-             (`cargo build -p aria-capi` first; .ci/test does)",
-        );
+    let Some(lib) = lib_or_skip("python_ctypes_example_runs") else {
         return;
     };
     let tmp = TempDir::new("capi-py");

@@ -30,7 +30,7 @@ impl WgpuBackend {
             )));
         }
         let nb = w.cols.div_ceil(32);
-        let (rb, nrb) = (nb * 34, nb * BLOCK_WORDS * 4);
+        let (rb, nrb) = (WeightFormat::Q8_0.row_bytes(w.cols), nb * BLOCK_WORDS * 4);
         if w.data.dtype() != DType::U8 || w.data.shape() != [w.rows, rb] {
             return Err(CoreError::shape(
                 "upload_packed",

@@ -176,7 +176,7 @@ impl PackedWeight for Bf16DotWeight {
     /// The bf16 pairs of every row (`U8 [out, ⌈in / 2⌉ · 4]`), the format's reference layout.
     fn blocks(&self) -> Option<PackedBlocks> {
         let [n, k] = self.panels.shape();
-        let row_bytes = k.div_ceil(2) * 4;
+        let row_bytes = WeightFormat::Bf16Panels.row_bytes(k);
         let mut data = vec![0u8; n * row_bytes];
         let mut row = vec![0f32; k];
         for (i, out) in data.chunks_exact_mut(row_bytes.max(1)).enumerate().take(n) {

@@ -58,6 +58,13 @@ impl WeightFormat {
     }
 }
 
+impl WeightFormat {
+    /// Bytes of one row of `cols` weights: whole blocks, the last one zero-padded.
+    pub fn row_bytes(self, cols: usize) -> usize {
+        cols.div_ceil(self.block_elems()) * self.block_bytes()
+    }
+}
+
 impl fmt::Display for WeightFormat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())

@@ -97,7 +97,7 @@ pub fn linear_packed(
             })
         }
     }
-    let row_bytes = cols.div_ceil(32) * 34;
+    let row_bytes = format.row_bytes(cols);
     if w.dtype() != DType::U8 || w.shape() != [rows, row_bytes] {
         return Err(CoreError::shape(
             "linear_packed",
@@ -182,7 +182,7 @@ fn bf16_panels_reference(
     out_shape: &[usize],
 ) -> Result<Tensor> {
     use crate::cpu::bf16dot::{matmul_vec, Bf16Panels, Kernel};
-    let row_bytes = cols.div_ceil(2) * 4;
+    let row_bytes = WeightFormat::Bf16Panels.row_bytes(cols);
     if w.dtype() != DType::U8 || w.shape() != [rows, row_bytes] {
         return Err(CoreError::shape(
             "linear_packed",

@@ -14,11 +14,6 @@ pub(crate) const PACKED_FORMATS: [(WeightFormat, bool); 2] = [
     (WeightFormat::Bf16Panels, false),
 ];
 
-/// Bytes of one row of `cols` weights in `format`.
-fn row_bytes(format: WeightFormat, cols: usize) -> usize {
-    cols.div_ceil(format.block_elems()) * format.block_bytes()
-}
-
 /// The blocks of a weight to upload: a format the kernels run, `U8 [rows, row_bytes]`.
 pub(crate) fn check_blocks(w: &PackedBlocks) -> Result<()> {
     if !PACKED_FORMATS
@@ -32,7 +27,7 @@ pub(crate) fn check_blocks(w: &PackedBlocks) -> Result<()> {
             aria_core::backend::format_list(&PACKED_FORMATS)
         )));
     }
-    let want = [w.rows, row_bytes(w.format, w.cols)];
+    let want = [w.rows, w.format.row_bytes(w.cols)];
     if w.data.dtype() != DType::U8 || w.data.shape() != want {
         return Err(CoreError::shape(
             "upload_packed",
@@ -57,7 +52,7 @@ impl CudaBackend {
         const OP: &str = "linear_packed";
         let out_shape = aria_core::ops::linear_packed_shape(x, format, w8a8, shape, b)?;
         let [rows, cols] = shape;
-        let want = [rows, row_bytes(format, cols)];
+        let want = [rows, format.row_bytes(cols)];
         if w.dtype() != DType::U8 || w.shape() != want {
             return Err(CoreError::shape(
                 OP,
