@@ -59,6 +59,11 @@ pub enum Cmd {
     Stream(Box<crate::stream::StreamArgs>),
     /// Serve the model over HTTP: a job queue, streamed audio, a web page.
     Serve(Box<crate::serve::ServeArgs>),
+    /// Embed texts and clips with CLAP and print their similarities (CLAP scores).
+    Clap(Box<crate::score::ClapArgs>),
+    /// Measure folders of clips with CLAP: CLAP score against prompts, FAD and drift from a
+    /// baseline folder, each beside the re-seed spread.
+    Score(Box<crate::score::ScoreArgs>),
 }
 
 /// `--device`.

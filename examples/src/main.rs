@@ -5,6 +5,7 @@ mod args;
 mod cache;
 mod output;
 mod quantize;
+mod score;
 mod serve;
 mod steer;
 mod stream;
@@ -678,6 +679,8 @@ fn run(cli: &Cli, start: Instant) -> Result<()> {
         Cmd::Cache(a) => cache::run(a, &cx),
         Cmd::Stream(a) => stream::run(a, &cx),
         Cmd::Serve(a) => serve::run(a, &cx),
+        Cmd::Clap(a) => score::run_clap(a, &cx),
+        Cmd::Score(a) => score::run_score(a, &cx),
     };
     match pool {
         Some(p) => p.enter(dispatch),

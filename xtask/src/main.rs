@@ -5,6 +5,7 @@
 use std::process::ExitCode;
 
 mod bench_cache;
+mod bench_clap;
 mod bench_codec;
 mod bench_core;
 mod bench_dit;
@@ -40,8 +41,11 @@ fn usage() -> &'static str {
      \x20 bench official [--ref-dir DIR] [options]  the official code and aria side by side\n\
      \x20 bench quant [--model DIR] [options]       quantized DiT: peak RSS, speed, quality\n\
      \x20 bench serve [--jobs N] [options]          resident server against one CLI process per job\n\
+     \x20 bench clap [--model DIR] [--ref-python PY] CLAP embedding: aria against transformers\n\
      \x20 synth-model --preset small-music|small-sfx|medium --dtype f32|f16 --out DIR\n\
      \x20                                            write a random real-shape checkpoint\n\
+     \x20 synth-model --clap htsat-unfused|htsat-fused|larger-music|tiny --out DIR [--tokenizer DIR]\n\
+     \x20                                            the same for CLAP (the LAION releases' shapes)\n\
      \x20 fidelity --model DIR --cases FILE          compare with official reference outputs\n\
      \x20 cuda-check [--skip-tests] [options]        CUDA backend: build, parity, timing (GPU)"
 }
@@ -63,6 +67,7 @@ fn main() -> ExitCode {
             Some("quant") => bench_quant::run(&rest(2)),
             Some("steer") => bench_steer::run(&rest(2)),
             Some("cache") => bench_cache::run(&rest(2)),
+            Some("clap") => bench_clap::run(&rest(2)),
             Some("serve") => bench_serve::run(&rest(2)),
             Some(other) => Err(format!("unknown benchmark `{other}`\n{}", usage())),
             None => Err(usage().to_string()),

@@ -62,6 +62,9 @@ fn parse(args: &[String]) -> Result<Opts, String> {
 
 /// Run the task with its arguments.
 pub fn run(args: &[String]) -> Result<(), String> {
+    if args.iter().any(|a| a == "--clap") {
+        return clap(args);
+    }
     let o = parse(args)?;
     let cfg = o.preset.model_config();
     let specs = synth::sa3_layout(&cfg).map_err(|e| e.to_string())?;
@@ -103,6 +106,53 @@ pub fn run(args: &[String]) -> Result<(), String> {
         summary.bytes as f64 / 1e9,
         summary.t5_tensors,
         summary.t5_bytes as f64 / 1e9,
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// `synth-model --clap PRESET --out DIR [--tokenizer DIR] [--seed N]`: a random-weight CLAP
+/// checkpoint in the released layout (see `aria_clap::synth`).
+fn clap(args: &[String]) -> Result<(), String> {
+    use aria_clap::synth::{parameter_count, write_random, Preset};
+    let (mut preset, mut out, mut tok, mut seed) = (None, None, None, 0u64);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = || {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{a} needs a value"))
+        };
+        match a.as_str() {
+            "--clap" => {
+                let v = val()?;
+                preset = Some(Preset::parse(&v).ok_or_else(|| {
+                    format!("unknown CLAP preset `{v}` (htsat-unfused, htsat-fused, larger-music, tiny)")
+                })?)
+            }
+            "--out" => out = Some(PathBuf::from(val()?)),
+            "--tokenizer" => tok = Some(PathBuf::from(val()?)),
+            "--seed" => {
+                seed = val()?
+                    .parse()
+                    .map_err(|_| "--seed needs an integer".to_string())?
+            }
+            other => {
+                return Err(format!(
+                    "unknown option `{other}` with --clap (--out, --tokenizer, --seed)"
+                ))
+            }
+        }
+    }
+    let preset = preset.ok_or("--clap needs a preset")?;
+    let out = out.ok_or("--out DIR is required")?;
+    let cfg = preset.config();
+    let t0 = Instant::now();
+    write_random(&out, &cfg, seed, tok.as_deref()).map_err(|e| e.to_string())?;
+    println!(
+        "wrote {} (CLAP {preset:?}, random weights): {} parameters; {:.1} s",
+        out.display(),
+        parameter_count(&cfg).map_err(|e| e.to_string())?,
         t0.elapsed().as_secs_f64()
     );
     Ok(())

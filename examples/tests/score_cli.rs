@@ -1,0 +1,190 @@
+//! `aria score` and `aria clap` on generated clips with a random-weight CLAP: the report on
+//! stdout (table and JSON), the CSV and the plot, and one-line errors for bad arguments.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use aria::synth::{self, Preset};
+use aria_testing::TempDir;
+
+fn aria(args: &[&str], cache: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_aria"))
+        .args(args)
+        .env("XDG_CACHE_HOME", cache)
+        .env_remove("ARIA_CLAP")
+        .output()
+        .unwrap()
+}
+
+fn ok(out: &Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed: {err}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn score_generated_clips_against_baseline_and_reseed() {
+    let tmp = TempDir::new("score-cli");
+    let root = tmp.path();
+    let sa3 = root.join("sa3");
+    synth::write_model(&sa3, Preset::Tiny, aria_core::DType::F32, 5, &mut |_, _| {}).unwrap();
+    let clap = root.join("clap");
+    aria_clap::synth::write_random(&clap, &aria_clap::synth::Preset::Tiny.config(), 2, None)
+        .unwrap();
+    // The variant (euler), the baseline (the default sampler) with the same seeds, and the
+    // baseline with other seeds.
+    for (set, seeds, extra) in [
+        ("variant", [1, 2, 3], vec!["--sampler", "euler"]),
+        ("against", [1, 2, 3], vec![]),
+        ("reseed", [11, 12, 13], vec![]),
+    ] {
+        let d = root.join(set);
+        std::fs::create_dir_all(&d).unwrap();
+        for (i, seed) in seeds.iter().enumerate() {
+            let out = d.join(format!("p{i}.wav"));
+            let (seed, out) = (seed.to_string(), out.to_string_lossy().into_owned());
+            let mut args = vec![
+                "generate",
+                "--quiet",
+                "--model",
+                sa3.to_str().unwrap(),
+                "--prompt",
+                "soft rain",
+                "--seconds",
+                "1",
+                "--seed",
+                &seed,
+                "-o",
+                &out,
+            ];
+            args.extend(extra.iter().copied());
+            ok(&aria(&args, root));
+        }
+    }
+    let (v, a, r) = (
+        root.join("variant"),
+        root.join("against"),
+        root.join("reseed"),
+    );
+    let csv = root.join("report.csv");
+    let svg = root.join("report.svg");
+    let table = ok(&aria(
+        &[
+            "score",
+            "--quiet",
+            "--clap",
+            clap.to_str().unwrap(),
+            v.to_str().unwrap(),
+            "--against",
+            a.to_str().unwrap(),
+            "--reseed",
+            r.to_str().unwrap(),
+            "--csv",
+            csv.to_str().unwrap(),
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+        root,
+    ));
+    assert!(table.contains("fad.variant_vs_against"), "{table}");
+    assert!(table.contains("drift.variant_vs_against"), "{table}");
+    assert!(table.contains("normalised to -14 LUFS"), "{table}");
+    let csv = std::fs::read_to_string(&csv).unwrap();
+    assert!(csv.starts_with("measure,set,stat,index,value"), "{csv}");
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("drift.variant_vs_against"));
+
+    let json = ok(&aria(
+        &[
+            "score",
+            "--json",
+            "--quiet",
+            "--clap",
+            clap.to_str().unwrap(),
+            v.to_str().unwrap(),
+            "--against",
+            a.to_str().unwrap(),
+            "--lufs",
+            "none",
+        ],
+        root,
+    ));
+    let j: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let m = j["measures"].as_array().unwrap();
+    assert_eq!(m.len(), 2);
+    assert!(m
+        .iter()
+        .all(|x| x["value"].as_f64().is_some_and(f64::is_finite)));
+
+    // `aria clap` on clips without a text: embeddings written, a one-line summary.
+    let emb = root.join("emb.json");
+    let p0 = v.join("p0.wav");
+    let out = ok(&aria(
+        &[
+            "clap",
+            "--quiet",
+            "--clap",
+            clap.to_str().unwrap(),
+            "--audio",
+            p0.to_str().unwrap(),
+            "--out",
+            emb.to_str().unwrap(),
+        ],
+        root,
+    ));
+    assert!(
+        out.contains("embedded 0 text(s) and 1 clip(s) into 24 dimensions"),
+        "{out}"
+    );
+    let e: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&emb).unwrap()).unwrap();
+    assert_eq!(
+        e["audio"][0]["embedding"].as_array().map(Vec::len),
+        Some(24)
+    );
+
+    // Text without a tokenizer in the folder: a one-line error naming it.
+    let out = aria(
+        &["clap", "--clap", clap.to_str().unwrap(), "--text", "rain"],
+        root,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("tokenizer") && !err.contains("panicked"),
+        "{err}"
+    );
+}
+
+#[test]
+fn score_argument_errors() {
+    let tmp = TempDir::new("score-cli-err");
+    let root = tmp.path();
+    let one_line = |out: &Output, needle: &str| {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{err}");
+        assert!(
+            lines[0].starts_with("error: ") && lines[0].contains(needle),
+            "{err}"
+        );
+    };
+    let d = root.to_str().unwrap();
+    one_line(
+        &aria(&["score", "--clap", d, d], root),
+        "nothing to measure",
+    );
+    one_line(
+        &aria(
+            &["score", "--clap", "no/such/clap", d, "--prompt", "x"],
+            root,
+        ),
+        "`no/such/clap` not found",
+    );
+    one_line(
+        &aria(&["score", "--clap", d, d, "--prompt", "x"], root),
+        "config.json",
+    );
+    one_line(&aria(&["score", d, "--prompt", "x"], root), "ARIA_CLAP");
+}
