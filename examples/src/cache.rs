@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use aria::cache::{t5gemma_embedder, CacheGenerator};
 use aria::{Error, GenerateRequest, LoadOptions, Pipeline, Result};
-use aria_cache::embed::MiniLm;
+use aria_cache::embed::{ClapEmbedder, MiniLm};
 use aria_cache::warm::Alignment;
 use aria_cache::{store, Audio, Cache, CacheConfig, CacheError, Embedder, Request, SkipPolicy};
 use clap::{Args, Subcommand, ValueEnum};
@@ -21,8 +21,12 @@ use crate::Ctx;
 /// `--cache-embedder`.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum EmbedderKind {
-    /// MiniLM when its files are fetched, else the model's T5Gemma mean-pool.
+    /// CLAP when $ARIA_CLAP names a checkpoint, else MiniLM when its files are fetched, else
+    /// the model's T5Gemma mean-pool.
     Auto,
+    /// CLAP ($ARIA_CLAP: a folder or repository id): entries are indexed by the CLAP embedding
+    /// of their audio, so a cached clip is chosen by how its sound fits the prompt.
+    Clap,
     /// all-MiniLM-L6-v2 (scripts/fetch-minilm.sh).
     Minilm,
     /// The generating model's own prompt encoder, mean-pooled.
@@ -126,14 +130,21 @@ fn store_spec(spec: Option<&str>) -> Result<String> {
     }
 }
 
-/// The embedder: MiniLM, or the T5Gemma mean-pool of `pipe` (loaded on demand by `load`).
+/// The embedder: CLAP, MiniLM, or the T5Gemma mean-pool of `pipe` (loaded on demand by `load`).
 fn embedder(
     kind: EmbedderKind,
     pipe: &mut dyn FnMut() -> Result<Arc<Pipeline>>,
 ) -> Result<Arc<dyn Embedder>> {
     let minilm =
         || -> Result<Arc<dyn Embedder>> { Ok(Arc::new(MiniLm::load_default().map_err(cerr)?)) };
+    let clap = || -> Result<Arc<dyn Embedder>> {
+        let dir =
+            aria_clap::discover::find(None).map_err(|e| Error::Config(format!("cache: {e}")))?;
+        Ok(Arc::new(ClapEmbedder::load(&dir).map_err(cerr)?))
+    };
     match kind {
+        EmbedderKind::Clap => clap(),
+        EmbedderKind::Auto if std::env::var_os(aria_clap::discover::ENV).is_some() => clap(),
         EmbedderKind::Minilm => minilm(),
         EmbedderKind::Auto if MiniLm::locate().is_some() => minilm(),
         _ => Ok(Arc::new(t5gemma_embedder(pipe()?))),

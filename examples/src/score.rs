@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use aria::{Error, Result};
-use aria_clap::eval::{self, Prompts, Sets};
+use aria_clap::eval::{self, Prompts, Sets, DEFAULT_LUFS};
 use aria_clap::measure::{normalize_loudness, svg_histogram};
 use aria_clap::{Clap, ClapError};
 use clap::Args;
@@ -29,6 +29,14 @@ pub struct ClapModelArg {
     /// A folder with the tokenizer files, when the checkpoint folder has none.
     #[arg(long, value_name = "DIR")]
     pub tokenizer: Option<PathBuf>,
+    /// Arithmetic of CLAP's matrix products: f32 (the reference's), bf16-dot (bf16 products on
+    /// packed weights), fast (bf16-dot where the CPU runs it faster than f32).
+    #[arg(long = "clap-precision", default_value = "f32", value_parser = parse_precision)]
+    pub precision: aria_clap::Precision,
+}
+
+fn parse_precision(s: &str) -> std::result::Result<aria_clap::Precision, String> {
+    aria_clap::Precision::parse(s).ok_or_else(|| format!("`{s}` is not f32, bf16-dot or fast"))
 }
 
 impl ClapModelArg {
@@ -37,7 +45,7 @@ impl ClapModelArg {
         let pb = cx
             .ui
             .spinner(&format!("loading CLAP from {}", dir.display()));
-        let mut clap = Clap::load(&dir).map_err(err)?;
+        let mut clap = Clap::load_with(&dir, self.precision).map_err(err)?;
         if let Some(t) = &self.tokenizer {
             clap = clap
                 .with_tokenizer(aria_clap::tokenizer::RobertaTokenizer::from_dir(t).map_err(err)?);
@@ -45,14 +53,15 @@ impl ClapModelArg {
         pb.finish_and_clear();
         let a = &clap.config().audio_config;
         cx.ui.detail(&format!(
-            "CLAP: {} (audio {}→{}, depths {:?}, fusion {}; text {} layers; space {})",
+            "CLAP: {} (audio {}→{}, depths {:?}, fusion {}; text {} layers; space {}; {})",
             dir.display(),
             a.patch_embeds_hidden_size,
             a.hidden_size,
             a.depths,
             a.enable_fusion,
             clap.config().text_config.num_hidden_layers,
-            clap.dim()
+            clap.dim(),
+            clap.precision().name()
         ));
         Ok(clap)
     }
@@ -334,4 +343,75 @@ pub fn run_score(a: &ScoreArgs, cx: &Ctx) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The CLAP columns of `aria steer sweep --clap`.
+pub struct SweepClap {
+    clap: Clap,
+}
+
+/// What [`SweepClap::report`] made.
+pub struct SweepClapReport {
+    /// The table as printed.
+    pub text: String,
+    /// The same as JSON.
+    pub json: serde_json::Value,
+}
+
+impl SweepClap {
+    pub fn load(spec: &str) -> Result<SweepClap> {
+        let dir = aria_clap::discover::find(Some(spec)).map_err(err)?;
+        let clap = Clap::load(&dir).map_err(err)?;
+        if clap.tokenizer().is_none() {
+            return Err(Error::Input(format!(
+                "--clap {}: no tokenizer files in the folder (the CLAP score needs them)",
+                dir.display()
+            )));
+        }
+        Ok(SweepClap { clap })
+    }
+
+    /// The CLAP vector of a decoded clip `[channels, samples]` (or `[1, channels, samples]`)
+    /// at `rate`, brought to −14 LUFS first.
+    pub fn embed(&self, audio: &aria_core::Tensor, rate: u32) -> Result<Vec<f32>> {
+        let s = audio.shape().to_vec();
+        let (ch, n) = (s[s.len().saturating_sub(2)].max(1), s[s.len() - 1]);
+        let planar = audio.to_cpu()?.contiguous()?.to_vec_f32()?;
+        let mut inter = vec![0f32; ch * n];
+        for c in 0..ch {
+            for i in 0..n {
+                inter[i * ch + c] = planar[c * n + i];
+            }
+        }
+        let x = normalize_loudness(&inter, ch, rate, DEFAULT_LUFS).unwrap_or(inter);
+        self.clap.embed_audio(&x, ch, rate).map_err(err)
+    }
+
+    /// Score every row against the prompt and measure its drift from the unsteered vector;
+    /// write `csv` (`row,clap_score,clap_drift`; the last row, `reseed`, is the floor).
+    pub fn report(
+        &self,
+        prompt: &str,
+        base: &[f32],
+        rows: &[(String, Vec<f32>)],
+        csv: &Path,
+    ) -> Result<SweepClapReport> {
+        let t = self.clap.embed_texts(&[prompt]).map_err(err)?;
+        let mut text = String::from("CLAP (score against the prompt; drift = 1 − cos from strength 0):\nrow,clap_score,clap_drift\n");
+        let mut out = Vec::new();
+        for (name, e) in rows {
+            let score = aria_clap::measure::clap_score(&t[0], e).map_err(err)?;
+            let drift = aria_clap::measure::drift_each(&[base], &[e.as_slice()]).map_err(err)?[0];
+            text.push_str(&format!("{name},{score:.6},{drift:.6e}\n"));
+            out.push(json!({"row": name, "clap_score": score, "clap_drift": drift}));
+        }
+        write(
+            csv,
+            text.lines().skip(1).collect::<Vec<_>>().join("\n").as_str(),
+        )?;
+        Ok(SweepClapReport {
+            text,
+            json: json!({"model": self.clap.dir(), "rows": out, "floor_row": "reseed"}),
+        })
+    }
 }

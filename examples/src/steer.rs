@@ -142,6 +142,15 @@ pub struct SweepArgs {
     /// Output folder (sweep.csv, sweep.png, optional WAVs).
     #[arg(long, short, default_value = "sweep")]
     pub out_dir: PathBuf,
+    /// A CLAP checkpoint (folder or repository id, with its tokenizer): adds the CLAP score of
+    /// each strength's clip against the prompt and its CLAP drift from the unsteered clip, beside
+    /// the re-seed floor (the unsteered prompt with the next seed); written to sweep_clap.csv.
+    #[arg(
+        long = "clap",
+        value_name = "DIR|REPO",
+        conflicts_with = "latents_only"
+    )]
+    pub clap: Option<String>,
 }
 
 #[derive(Args)]
@@ -679,6 +688,7 @@ fn sweep_run(
     steering: Option<Steering>,
     site: Site,
     direction: &[f32],
+    seed_offset: u64,
 ) -> Result<Measured> {
     let run = &a.run;
     let req = request(&a.prompt, run, run_seconds(run, pipe));
@@ -702,7 +712,7 @@ fn sweep_run(
     if site == Site::Text {
         list.push(Arc::new(text_probe(direction.to_vec(), slot.clone())));
     }
-    let mut noise = run.rng.source(run.seed);
+    let mut noise = run.rng.source(run.seed.wrapping_add(seed_offset));
     let out = pipe.run(
         &req,
         noise.as_mut(),
@@ -787,7 +797,17 @@ fn sweep(a: &SweepArgs, cx: &Ctx) -> Result<()> {
     let pb = bar(ui, a.strengths.len() + 1, "sweeping");
     pb.set_message("baseline");
     let t0 = Instant::now();
-    let base = sweep_run(&pipe, a, None, site, &direction)?;
+    let clap = a
+        .clap
+        .as_deref()
+        .map(crate::score::SweepClap::load)
+        .transpose()?;
+    let base = sweep_run(&pipe, a, None, site, &direction, 0)?;
+    let mut clap_rows = Vec::new();
+    let base_emb = match (&clap, &base.audio) {
+        (Some(c), Some(x)) => Some(c.embed(x, sr)?),
+        _ => None,
+    };
     pb.inc(1);
     let (c, t, valid) = base.shape;
     let base_lat = Latents {
@@ -825,10 +845,13 @@ fn sweep(a: &SweepArgs, cx: &Ctx) -> Result<()> {
         } else {
             spec.strength = Some(alpha);
             let s = spec.resolve(&file).map_err(steer_err)?;
-            Some(sweep_run(&pipe, a, Some(s), site, &direction)?)
+            Some(sweep_run(&pipe, a, Some(s), site, &direction, 0)?)
         };
         let m = m.as_ref().unwrap_or(&base);
         points.push(point(m, alpha)?);
+        if let (Some(c), Some(x)) = (&clap, &m.audio) {
+            clap_rows.push((alpha.to_string(), c.embed(x, sr)?));
+        }
         if a.wav {
             if let Some(x) = &m.audio {
                 let p = a.out_dir.join(format!("strength_{alpha}.wav"));
@@ -837,6 +860,17 @@ fn sweep(a: &SweepArgs, cx: &Ctx) -> Result<()> {
         }
         pb.inc(1);
     }
+    let clap_report = match (&clap, &base_emb) {
+        (Some(c), Some(b)) => {
+            pb.set_message("re-seed floor");
+            let reseed = sweep_run(&pipe, a, None, site, &direction, 1)?;
+            if let Some(x) = &reseed.audio {
+                clap_rows.push(("reseed".into(), c.embed(x, sr)?));
+            }
+            Some(c.report(&a.prompt, b, &clap_rows, &a.out_dir.join("sweep_clap.csv"))?)
+        }
+        _ => None,
+    };
     pb.finish_and_clear();
     let csv = a.out_dir.join("sweep.csv");
     let png = a.out_dir.join("sweep.png");
@@ -858,12 +892,16 @@ fn sweep(a: &SweepArgs, cx: &Ctx) -> Result<()> {
             "csv": csv.display().to_string(),
             "png": png.display().to_string(),
             "points": pts,
+            "clap": clap_report.as_ref().map(|r| r.json.clone()),
             "timings_s": { "runs": t0.elapsed().as_secs_f64(), "total": ui.start.elapsed().as_secs_f64() },
         }));
     }
     if !ui.quiet {
         eprintln!("dose-response of {what} (seed {}):", a.run.seed);
         eprint!("{}", sweep::csv(&points));
+        if let Some(r) = &clap_report {
+            eprint!("{}", r.text);
+        }
         eprintln!(
             "wrote {} and {} ({} runs in {})",
             csv.display(),

@@ -144,7 +144,39 @@ fn score_generated_clips_against_baseline_and_reseed() {
         Some(24)
     );
 
-    // Text without a tokenizer in the folder: a one-line error naming it.
+    // Texts too (the random checkpoint carries the byte-level vocabulary): a CLAP score per
+    // clip against the prompt.
+    let table = ok(&aria(
+        &[
+            "score",
+            "--quiet",
+            "--clap",
+            clap.to_str().unwrap(),
+            v.to_str().unwrap(),
+            "--prompt",
+            "soft rain",
+        ],
+        root,
+    ));
+    assert!(table.contains("clap_score.variant"), "{table}");
+    let out = ok(&aria(
+        &[
+            "clap",
+            "--quiet",
+            "--clap",
+            clap.to_str().unwrap(),
+            "--text",
+            "rain",
+            "--audio",
+            p0.to_str().unwrap(),
+        ],
+        root,
+    ));
+    assert!(out.contains("cosine similarity"), "{out}");
+
+    // Text without tokenizer files in the folder: a one-line error naming them.
+    std::fs::remove_file(clap.join("vocab.json")).unwrap();
+    std::fs::remove_file(clap.join("merges.txt")).unwrap();
     let out = aria(
         &["clap", "--clap", clap.to_str().unwrap(), "--text", "rain"],
         root,

@@ -369,6 +369,9 @@ fn sweep_is_monotone_at_low_strength_and_plots() {
     let dir = d.join("dir.safetensors");
     synthetic_file(&m, &dir);
     let out_dir = d.join("out");
+    let clap_dir = d.join("clap");
+    aria_clap::synth::write_random(&clap_dir, &aria_clap::synth::Preset::Tiny.config(), 1, None)
+        .unwrap();
     let spec = format!("{}:block=1", dir.display());
     let mut v = vec![
         "steer",
@@ -387,9 +390,26 @@ fn sweep_is_monotone_at_low_strength_and_plots() {
         "--wav",
         "-o",
         out_dir.to_str().unwrap(),
+        "--clap",
+        clap_dir.to_str().unwrap(),
     ];
     v.extend_from_slice(&RUN);
     ok(&aria(&v));
+    // The CLAP columns: one row per strength and the re-seed floor; strength 0 is the
+    // baseline itself (drift 0).
+    let clap_csv = std::fs::read_to_string(out_dir.join("sweep_clap.csv")).unwrap();
+    let rows: Vec<&str> = clap_csv.lines().collect();
+    assert_eq!(rows.len(), 1 + 5 + 1, "{clap_csv}");
+    assert_eq!(rows[0], "row,clap_score,clap_drift");
+    assert!(
+        rows[1].starts_with("0,") && rows[1].ends_with(",0.000000e0"),
+        "{clap_csv}"
+    );
+    assert!(rows[6].starts_with("reseed,"), "{clap_csv}");
+    for r in &rows[1..] {
+        let vals: Vec<f64> = r.split(',').skip(1).map(|x| x.parse().unwrap()).collect();
+        assert!(vals.iter().all(|x| x.is_finite()), "{clap_csv}");
+    }
     let csv = std::fs::read_to_string(out_dir.join("sweep.csv")).unwrap();
     let proj = csv_column(&csv, "proj_site");
     let out = csv_column(&csv, "proj_output");

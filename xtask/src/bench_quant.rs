@@ -13,6 +13,12 @@
 //! 4. **Text encoder** (`--text`): T5Gemma's matrices packed as q8_0 (and W8A8): the
 //!    conditioning's error against the f32 encoder and the encode time.
 //!
+//! 5. **CLAP** (`--clap DIR|REPO`, a CLAP checkpoint with its tokenizer): per precision, the CLAP
+//!    score of each clip against its prompt, the drift (1 − cos of CLAP audio embeddings) from
+//!    the f32 clip of the same prompt and seed, and the FAD between the precision's clips and
+//!    f32's, each next to its floor: the same measure between f32's clips and f32 clips of other
+//!    seeds (`aria_clap::eval`). Clips are brought to −14 LUFS first.
+//!
 //! Options: `--model DIR` (default: a random small-music checkpoint written once to the
 //! system temp folder), `--seconds S` (memory runs, 10), `--steps N` (8), `--threads N` (2),
 //! `--precisions LIST` (`f32,q8,q8+w8a8,q4,q4-mixed`), `--prompts N` (of 8, default 2),
@@ -58,6 +64,8 @@ struct Opts {
     sensitivity: bool,
     rounds: usize,
     text: bool,
+    /// A CLAP checkpoint (`--clap DIR|REPO`): the quality table gains the CLAP measures.
+    clap: Option<String>,
 }
 
 fn variant(s: &str) -> Result<(WeightPrecision, bool), String> {
@@ -90,6 +98,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         sensitivity: false,
         rounds: 1,
         text: false,
+        clap: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -111,6 +120,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "--no-quality" => o.quality = false,
             "--sensitivity" => o.sensitivity = true,
             "--text" => o.text = true,
+            "--clap" => o.clap = Some(val(a)?),
             other => return Err(format!("unknown option `{other}`")),
         }
     }
@@ -404,6 +414,10 @@ fn quality(o: &Opts, model: &Path) -> Result<(), String> {
     let inp = inputs(&f32p, o)?;
     let reference = outputs(&f32p, &inp, o, &f32p)?;
     // The floor: the same prompt with the next seed (seed-to-seed spread of f32).
+    let mut clips: Vec<(String, Vec<Vec<f32>>)> = vec![(
+        "f32".into(),
+        reference.iter().map(|r| r[2].clone()).collect(),
+    )];
     let mut floor = [Vec::new(), Vec::new(), Vec::new()];
     for p in 0..o.prompts {
         for s in 0..o.seeds {
@@ -436,6 +450,7 @@ fn quality(o: &Opts, model: &Path) -> Result<(), String> {
     {
         let q = load(model, v)?;
         let got = outputs(&q, &inp, o, &f32p)?;
+        clips.push((vname(v), got.iter().map(|g| g[2].clone()).collect()));
         let mut err = [Vec::new(), Vec::new(), Vec::new()];
         for (g, r) in got.iter().zip(&reference) {
             for k in 0..3 {
@@ -452,6 +467,18 @@ fn quality(o: &Opts, model: &Path) -> Result<(), String> {
         );
     }
     eprintln!("quality: {:.0} s", t0.elapsed().as_secs_f64());
+    if let Some(c) = &o.clap {
+        crate::quant_clap::report(
+            c,
+            &f32p,
+            o.prompts,
+            o.seeds,
+            o.quality_seconds,
+            o.steps,
+            &PROMPTS,
+            &clips,
+        )?;
+    }
     Ok(())
 }
 

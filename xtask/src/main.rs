@@ -18,6 +18,7 @@ mod bench_steer;
 mod bench_text;
 mod cuda_check;
 mod fidelity;
+mod quant_clap;
 mod synth;
 
 /// This program, for re-running itself as a measurement child. On Linux `/proc/self/exe`

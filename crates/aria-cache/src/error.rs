@@ -9,6 +9,9 @@ pub enum CacheError {
     /// A tensor op or a model load in `aria-core` failed.
     #[error(transparent)]
     Core(#[from] aria_core::CoreError),
+    /// A CLAP model or one of its layers failed.
+    #[error(transparent)]
+    Clap(#[from] aria_clap::ClapError),
     /// A file could not be read or written.
     #[error("{path}: {source}")]
     Io {

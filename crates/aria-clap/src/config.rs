@@ -173,11 +173,7 @@ impl ClapConfig {
     /// Read and parse a `config.json` file.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| ClapError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Self::from_json(&text, &path.display().to_string())
+        Self::from_json(&crate::error::read_text(path)?, &path.display().to_string())
     }
 
     /// Check the values this implementation relies on.

@@ -95,3 +95,11 @@ impl ClapError {
 
 /// The crate's result type.
 pub type Result<T> = std::result::Result<T, ClapError>;
+
+/// A text file's contents; an error names the file.
+pub(crate) fn read_text(path: &std::path::Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|source| ClapError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}

@@ -208,10 +208,7 @@ pub fn embed_folder(
 /// is skipped; the prompt is the rest of the line, quotes stripped), or JSON lines
 /// `{"file": …, "prompt": …}`. A stem with an extension has it removed.
 pub fn read_prompts(path: &Path) -> Result<BTreeMap<String, String>> {
-    let text = std::fs::read_to_string(path).map_err(|source| ClapError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = crate::error::read_text(path)?;
     let bad = |line: usize, why: &str| {
         ClapError::invalid(
             "prompts file",

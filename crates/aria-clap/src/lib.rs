@@ -17,6 +17,7 @@ pub mod discover;
 mod error;
 pub mod eval;
 pub mod features;
+pub mod layers;
 pub mod measure;
 mod model;
 pub mod precision;

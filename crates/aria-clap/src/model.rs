@@ -9,7 +9,7 @@ use crate::audio::AudioTower;
 use crate::features::{FeatureConfig, FeatureExtractor, SeededDraws, Truncation};
 use crate::projection::{l2_normalize_rows, logits, Projection};
 use crate::text::TextTower;
-use crate::tokenizer::{Padding, RobertaTokenizer, CLAP_MAX_LENGTH};
+use crate::tokenizer::{RobertaTokenizer, CLAP_MAX_LENGTH};
 use crate::{ClapConfig, ClapError, Precision, Result};
 
 /// Clips the audio tower runs at once (a 10 s clip's first stage holds 4 096 tokens).
@@ -363,10 +363,31 @@ impl Clap {
                      (put the release's tokenizer files there)"
                     .into(),
             })?;
-        let mut out = Vec::with_capacity(texts.len());
-        for group in texts.chunks(TEXT_BATCH) {
-            let b = tok.encode_batch(group, self.max_tokens, Padding::Longest)?;
-            out.extend(self.embed_token_ids(&b.ids, &b.mask, b.batch, b.len)?);
+        // Texts of similar length run together (less padding); the vectors come back in the
+        // callers' order. Padded keys are excluded, so a text's vector does not depend on its
+        // batch.
+        let rows = texts
+            .iter()
+            .map(|t| tok.encode_truncated(t, self.max_tokens))
+            .collect::<Result<Vec<_>>>()?;
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|&i| rows[i].len());
+        let mut out = vec![Vec::new(); texts.len()];
+        for group in order.chunks(TEXT_BATCH) {
+            let n = group.iter().map(|&i| rows[i].len()).max().unwrap_or(0);
+            let mut ids = Vec::with_capacity(group.len() * n);
+            let mut mask = Vec::with_capacity(group.len() * n);
+            for &i in group {
+                let r = &rows[i];
+                ids.extend_from_slice(r);
+                ids.resize(ids.len() + n - r.len(), tok.pad_id());
+                mask.resize(mask.len() + r.len(), 1u8);
+                mask.resize(mask.len() + n - r.len(), 0u8);
+            }
+            let e = self.embed_token_ids(&ids, &mask, group.len(), n)?;
+            for (&i, v) in group.iter().zip(e) {
+                out[i] = v;
+            }
         }
         Ok(out)
     }

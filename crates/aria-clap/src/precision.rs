@@ -61,6 +61,8 @@ pub(crate) fn pack_bf16(l: &mut Linear) -> Result<()> {
         return Ok(());
     };
     let packed = Bf16DotWeight::pack(&w.to_cpu()?)?;
+    // The dense weight's mapped pages are not needed any more.
+    l.weight().release_pages()?;
     l.set_weight(Weight::Packed(Arc::new(packed)))?;
     Ok(())
 }

@@ -305,7 +305,8 @@ fn build(cfg: &ClapConfig, seed: u64, count_only: bool) -> Result<Writer> {
 /// Write a random-weight checkpoint of `cfg` into `dir` (created if needed): `config.json`,
 /// `model.safetensors` and `preprocessor_config.json`, as a release lays them out. Copies the
 /// tokenizer files (`tokenizer.json`, `vocab.json`, `merges.txt`) from `tokenizer_dir` when
-/// given.
+/// given, else writes the byte-level vocabulary (every text as its UTF-8 bytes; see
+/// [`crate::tokenizer::byte_level_vocab`]).
 pub fn write_random(
     dir: &Path,
     cfg: &ClapConfig,
@@ -340,14 +341,17 @@ pub fn write_random(
     };
     let pre = dir.join("preprocessor_config.json");
     std::fs::write(&pre, f.to_json()).map_err(io(&pre))?;
-    if let Some(t) = tokenizer_dir {
-        for name in ["tokenizer.json", "vocab.json", "merges.txt"] {
-            let from = t.join(name);
-            if from.is_file() {
-                let to = dir.join(name);
-                std::fs::copy(&from, &to).map_err(io(&to))?;
+    match tokenizer_dir {
+        Some(t) => {
+            for name in ["tokenizer.json", "vocab.json", "merges.txt"] {
+                let from = t.join(name);
+                if from.is_file() {
+                    let to = dir.join(name);
+                    std::fs::copy(&from, &to).map_err(io(&to))?;
+                }
             }
         }
+        None => crate::tokenizer::write_byte_level(dir)?,
     }
     Ok(())
 }

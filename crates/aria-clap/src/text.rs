@@ -2,82 +2,11 @@
 //! (`tanh(W·h₀ + b)` on the first token), as `transformers`' `ClapTextModel` computes it.
 
 use aria_core::nn::{Bias, Linear};
-use aria_core::ops::{self, AttnOpts, KeyMaskMode};
+use aria_core::ops;
 use aria_core::{Tensor, WeightLoader};
 
+use crate::layers::{EncoderLayer, LayerNorm};
 use crate::{ClapError, Result, TextConfig};
-
-#[derive(Debug)]
-struct Norm {
-    w: Tensor,
-    b: Tensor,
-    eps: f32,
-}
-
-impl Norm {
-    fn load(vb: &WeightLoader, d: usize, eps: f32) -> Result<Self> {
-        Ok(Norm {
-            w: vb.get("weight", &[d])?,
-            b: vb.get("bias", &[d])?,
-            eps,
-        })
-    }
-
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(ops::layer_norm(x, Some(&self.w), Some(&self.b), self.eps)?)
-    }
-}
-
-#[derive(Debug)]
-struct Layer {
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
-    ln1: Norm,
-    up: Linear,
-    down: Linear,
-    ln2: Norm,
-}
-
-impl Layer {
-    fn load(vb: &WeightLoader, c: &TextConfig) -> Result<Self> {
-        let (h, f, eps) = (c.hidden_size, c.intermediate_size, c.layer_norm_eps as f32);
-        let sa = vb.pp("attention.self");
-        Ok(Layer {
-            q: Linear::load(&sa.pp("query"), h, h, Bias::Yes)?,
-            k: Linear::load(&sa.pp("key"), h, h, Bias::Yes)?,
-            v: Linear::load(&sa.pp("value"), h, h, Bias::Yes)?,
-            o: Linear::load(&vb.pp("attention.output.dense"), h, h, Bias::Yes)?,
-            ln1: Norm::load(&vb.pp("attention.output.LayerNorm"), h, eps)?,
-            up: Linear::load(&vb.pp("intermediate.dense"), h, f, Bias::Yes)?,
-            down: Linear::load(&vb.pp("output.dense"), f, h, Bias::Yes)?,
-            ln2: Norm::load(&vb.pp("output.LayerNorm"), h, eps)?,
-        })
-    }
-
-    /// `x [B, N, H]`, `mask [B, N]` (1 = token, 0 = padding: excluded as a key, as the
-    /// reference's additive `finfo.min` mask does).
-    fn forward(&self, x: &Tensor, mask: &Tensor, heads: usize) -> Result<Tensor> {
-        let (b, n, h) = (x.dim(0)?, x.dim(1)?, x.dim(2)?);
-        let hd = h / heads;
-        let split =
-            |t: Tensor| -> Result<Tensor> { Ok(t.reshape(&[b, n, heads, hd])?.transpose(1, 2)?) };
-        let q = split(self.q.forward(x)?)?;
-        let k = split(self.k.forward(x)?)?;
-        let v = split(self.v.forward(x)?)?;
-        let mut opts = AttnOpts::new(1.0 / (hd as f32).sqrt());
-        opts.key_mask = Some(mask);
-        opts.mask_mode = KeyMaskMode::Exclude;
-        let a = ops::attention(&q, &k, &v, &opts)?
-            .transpose(1, 2)?
-            .contiguous()?
-            .reshape(&[b, n, h])?;
-        let x = self.ln1.forward(&ops::add(&self.o.forward(&a)?, x)?)?;
-        let f = self.down.forward(&ops::gelu(&self.up.forward(&x)?)?)?;
-        self.ln2.forward(&ops::add(&f, &x)?)
-    }
-}
 
 /// What [`TextTower::forward`] returns.
 #[derive(Debug, Clone)]
@@ -95,8 +24,8 @@ pub struct TextTower {
     word: Tensor,
     pos: Tensor,
     token_type0: Tensor,
-    ln: Norm,
-    layers: Vec<Layer>,
+    ln: LayerNorm,
+    layers: Vec<EncoderLayer>,
     pooler: Linear,
 }
 
@@ -114,7 +43,14 @@ impl TextTower {
         }
         let tt = e.get("token_type_embeddings.weight", &[cfg.type_vocab_size, h])?;
         let layers = (0..cfg.num_hidden_layers)
-            .map(|i| Layer::load(&vb.pp(format!("encoder.layer.{i}")), cfg))
+            .map(|i| {
+                EncoderLayer::load(
+                    &vb.pp(format!("encoder.layer.{i}")),
+                    h,
+                    cfg.intermediate_size,
+                    cfg.layer_norm_eps as f32,
+                )
+            })
             .collect::<Result<Vec<_>>>()?;
         Ok(TextTower {
             word: e.get("word_embeddings.weight", &[cfg.vocab_size, h])?,
@@ -123,7 +59,7 @@ impl TextTower {
                 &[cfg.max_position_embeddings, h],
             )?,
             token_type0: tt.narrow(0, 0, 1)?.contiguous()?.reshape(&[1, 1, h])?,
-            ln: Norm::load(&e.pp("LayerNorm"), h, cfg.layer_norm_eps as f32)?,
+            ln: LayerNorm::load(&e.pp("LayerNorm"), h, cfg.layer_norm_eps as f32)?,
             layers,
             pooler: Linear::load(&vb.pp("pooler.dense"), h, h, Bias::Yes)?,
             cfg: cfg.clone(),
@@ -133,16 +69,7 @@ impl TextTower {
     /// Pack every linear layer's weight as bf16 panels (see [`crate::Precision::Bf16Dot`]).
     pub fn pack_bf16(&mut self) -> Result<()> {
         for l in &mut self.layers {
-            for lin in [
-                &mut l.q,
-                &mut l.k,
-                &mut l.v,
-                &mut l.o,
-                &mut l.up,
-                &mut l.down,
-            ] {
-                crate::precision::pack_bf16(lin)?;
-            }
+            l.pack_bf16()?;
         }
         crate::precision::pack_bf16(&mut self.pooler)
     }

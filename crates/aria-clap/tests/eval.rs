@@ -2,51 +2,20 @@
 //! prompts, FAD and drift against a baseline folder beside the re-seed floor, the report, and
 //! the errors a user meets (unpaired files, bad prompt files, absurd clips).
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use aria_clap::eval::{self, Prompts, Sets};
 use aria_clap::synth::{write_random, Preset};
-use aria_clap::tokenizer::RobertaTokenizer;
 use aria_clap::Clap;
 use aria_testing::tempdir::TempDir;
-
-/// GPT-2's byte → symbol table.
-fn byte_symbols() -> Vec<char> {
-    let mut keep: Vec<u32> = (b'!' as u32..=b'~' as u32).collect();
-    keep.extend(0xA1..=0xAC);
-    keep.extend(0xAE..=0xFF);
-    let mut n = 0;
-    (0u32..256)
-        .map(|b| {
-            if keep.contains(&b) {
-                char::from_u32(b).expect("char")
-            } else {
-                n += 1;
-                char::from_u32(255 + n).expect("char")
-            }
-        })
-        .collect()
-}
-
-/// Specials and the 256 byte symbols, no merges: every text tokenizes to its bytes.
-fn byte_tokenizer() -> RobertaTokenizer {
-    let mut vocab = HashMap::new();
-    for (i, s) in ["<s>", "<pad>", "</s>", "<unk>"].iter().enumerate() {
-        vocab.insert(s.to_string(), i as u32);
-    }
-    for (i, c) in byte_symbols().into_iter().enumerate() {
-        vocab.insert(c.to_string(), 4 + i as u32);
-    }
-    RobertaTokenizer::from_vocab_and_merges(vocab, Vec::new()).expect("tokenizer")
-}
 
 fn model(tmp: &Path) -> Clap {
     let dir = tmp.join("clap");
     write_random(&dir, &Preset::Tiny.config(), 3, None).expect("write");
-    Clap::load(&dir)
-        .expect("load")
-        .with_tokenizer(byte_tokenizer())
+    // Without tokenizer files given, the random checkpoint gets the byte-level vocabulary.
+    let clap = Clap::load(&dir).expect("load");
+    assert!(clap.tokenizer().is_some());
+    clap
 }
 
 /// A stereo clip at 44.1 kHz: a tone with seeded noise, at `gain`.
@@ -238,4 +207,21 @@ fn errors_name_what_is_wrong() {
     let e = msg(eval::read_clip(&big).expect_err("ten hours"));
     assert!(e.contains("36000 s") && e.contains("big.wav"), "{e}");
     assert!(t0.elapsed().as_secs() < 5);
+}
+
+#[test]
+fn a_text_vector_does_not_depend_on_its_batch() {
+    let tmp = TempDir::new("clap-text-batch");
+    let clap = model(tmp.path());
+    let texts = [
+        "a much longer description of rain falling on a metal roof at night",
+        "dog",
+        "birdsong at dawn",
+    ];
+    let together = clap.embed_texts(&texts).expect("batch");
+    for (i, t) in texts.iter().enumerate() {
+        let alone = clap.embed_texts(&[t]).expect("alone");
+        let d = aria_clap::measure::drift(&alone, &together[i..i + 1]).expect("drift");
+        assert!(d.max < 1e-6, "{t}: {}", d.max);
+    }
 }

@@ -25,6 +25,7 @@ pub use aria_cpu as cpu;
 mod dtype;
 mod error;
 pub mod hooks;
+pub mod hub;
 #[cfg(feature = "ndarray")]
 pub mod interop;
 pub mod loader;

@@ -39,18 +39,7 @@ impl SearchPaths {
     /// The standard places: `$HF_HUB_CACHE`, `$HF_HOME/hub` (else `~/.cache/huggingface/hub`),
     /// and the working directory.
     pub fn from_env() -> SearchPaths {
-        let mut hub_caches = Vec::new();
-        if let Some(p) = std::env::var_os("HF_HUB_CACHE") {
-            hub_caches.push(PathBuf::from(p));
-        }
-        match std::env::var_os("HF_HOME") {
-            Some(h) => hub_caches.push(PathBuf::from(h).join("hub")),
-            None => {
-                if let Some(home) = std::env::var_os("HOME") {
-                    hub_caches.push(PathBuf::from(home).join(".cache/huggingface/hub"));
-                }
-            }
-        }
+        let hub_caches = aria_core::hub::caches();
         let local_roots = std::env::current_dir().map(|d| vec![d]).unwrap_or_default();
         SearchPaths {
             hub_caches,
@@ -132,35 +121,6 @@ fn complete(dir: &Path) -> Option<ModelFiles> {
     })
 }
 
-/// Snapshot folders of `repo` in a hub cache: the one `refs/main` points at first, then the
-/// others, newest first.
-fn snapshots(cache: &Path, repo: &str) -> Vec<PathBuf> {
-    let root = cache.join(format!("models--{}", repo.replace('/', "--")));
-    let mut out: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(root.join("snapshots"))
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| {
-                    let t = e
-                        .metadata()
-                        .and_then(|m| m.modified())
-                        .unwrap_or(std::time::UNIX_EPOCH);
-                    (t, e.path())
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    out.sort_by_key(|e| std::cmp::Reverse(e.0));
-    let mut dirs: Vec<PathBuf> = out.into_iter().map(|(_, p)| p).collect();
-    if let Ok(main) = std::fs::read_to_string(root.join("refs/main")) {
-        let main = root.join("snapshots").join(main.trim());
-        if let Some(i) = dirs.iter().position(|d| *d == main) {
-            let d = dirs.remove(i);
-            dirs.insert(0, d);
-        }
-    }
-    dirs
-}
-
 /// Resolve `spec` (a folder, a `model_config.json` path, a model name or a repository id).
 /// When nothing is found the error lists every place looked at and what was missing there.
 pub fn resolve_model(spec: &str, search: &SearchPaths) -> Result<ModelFiles> {
@@ -188,13 +148,11 @@ pub fn resolve_model(spec: &str, search: &SearchPaths) -> Result<ModelFiles> {
     let repo = repo_id_for(spec);
     if let Some(repo) = &repo {
         for cache in &search.hub_caches {
-            let snaps = snapshots(cache, repo);
+            let snaps = aria_core::hub::snapshots(cache, repo);
             if snaps.is_empty() {
                 looked.push(format!(
                     "{} (no snapshot)",
-                    cache
-                        .join(format!("models--{}", repo.replace('/', "--")))
-                        .display()
+                    aria_core::hub::repo_dir(cache, repo).display()
                 ));
             }
             for s in snaps {
@@ -284,7 +242,10 @@ pub fn find_models(search: &SearchPaths) -> Vec<FoundModel> {
             .unwrap_or_default();
         repos.sort();
         for repo in repos {
-            if let Some(files) = snapshots(cache, &repo).iter().find_map(|s| complete(s)) {
+            if let Some(files) = aria_core::hub::snapshots(cache, &repo)
+                .iter()
+                .find_map(|s| complete(s))
+            {
                 let name = repo
                     .strip_prefix("stabilityai/stable-audio-3-")
                     .filter(|n| aria_dit::config::ModelConfig::PRESETS.contains(n))

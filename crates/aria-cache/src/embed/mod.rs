@@ -2,9 +2,11 @@
 
 use crate::Result;
 
+pub mod clap;
 pub mod minilm;
 pub mod t5gemma;
 
+pub use clap::ClapEmbedder;
 pub use minilm::MiniLm;
 pub use t5gemma::{mean_pool, ConditioningSource, T5GemmaMeanPool};
 

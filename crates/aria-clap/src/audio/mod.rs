@@ -17,27 +17,7 @@ use aria_core::{DType, Tensor, WeightLoader};
 
 use crate::{AudioConfig, ClapError, Result};
 
-/// A LayerNorm over the last axis.
-#[derive(Debug)]
-struct Norm {
-    w: Tensor,
-    b: Tensor,
-    eps: f32,
-}
-
-impl Norm {
-    fn load(vb: &WeightLoader, d: usize, eps: f32) -> Result<Self> {
-        Ok(Norm {
-            w: vb.get_as("weight", &[d], DType::F32)?,
-            b: vb.get_as("bias", &[d], DType::F32)?,
-            eps,
-        })
-    }
-
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(ops::layer_norm(x, Some(&self.w), Some(&self.b), self.eps)?)
-    }
-}
+use crate::layers::LayerNorm as Norm;
 
 /// A receiver of named boundary tensors.
 type TraceFn<'a> = dyn FnMut(&str, &Tensor) -> Result<()> + 'a;

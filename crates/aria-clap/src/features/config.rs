@@ -184,11 +184,7 @@ impl FeatureConfig {
     /// Reads and validates `preprocessor_config.json`.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| ClapError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Self::from_json(&text, &path.display().to_string())
+        Self::from_json(&crate::error::read_text(path)?, &path.display().to_string())
     }
 
     /// Parses and validates the JSON `text`; `file` names it in errors.

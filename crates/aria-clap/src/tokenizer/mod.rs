@@ -260,6 +260,21 @@ fn roberta_added(vocab: &HashMap<String, u32>) -> Vec<AddedToken> {
         .collect()
 }
 
+/// The smallest vocabulary this tokenizer takes: the four specials (`<s>` 0, `<pad>` 1,
+/// `</s>` 2, `<unk>` 3) and the 256 byte symbols (ids 4–259), no merges, so every text
+/// tokenizes to its UTF-8 bytes. For random-weight checkpoints, where no real vocabulary
+/// means anything; written as `vocab.json` + `merges.txt` by [`write_byte_level`].
+pub fn byte_level_vocab() -> HashMap<String, u32> {
+    let mut v = HashMap::new();
+    for (i, s) in ["<s>", "<pad>", "</s>", "<unk>"].iter().enumerate() {
+        v.insert((*s).to_string(), i as u32);
+    }
+    for (i, c) in pretokenize::byte_symbols().iter().enumerate() {
+        v.insert(c.to_string(), 4 + i as u32);
+    }
+    v
+}
+
 impl RobertaTokenizer {
     /// Load `vocab.json` (token → id) and `merges.txt` (one merge per line, `#version` lines
     /// skipped), with RoBERTa's special tokens: `<s>`, `</s>`, `<pad>`, `<unk>` (all required)
@@ -812,4 +827,26 @@ impl RobertaTokenizer {
             cache.insert(piece.into(), ids.into_boxed_slice());
         }
     }
+}
+
+/// Write the byte-level vocabulary ([`byte_level_vocab`]) as `vocab.json` and
+/// an empty `merges.txt` into `dir`.
+pub fn write_byte_level(dir: &Path) -> Result<()> {
+    let vocab = byte_level_vocab();
+    let mut entries: Vec<(&String, &u32)> = vocab.iter().collect();
+    entries.sort_by_key(|e| *e.1);
+    let map: serde_json::Map<String, serde_json::Value> = entries
+        .into_iter()
+        .map(|(k, v)| (k.clone(), serde_json::Value::from(*v)))
+        .collect();
+    let io = |path: std::path::PathBuf| move |source| crate::ClapError::Io { path, source };
+    let text = serde_json::to_string(&map).map_err(|e| crate::ClapError::Tokenizer {
+        file: "vocab.json".into(),
+        reason: e.to_string(),
+    })?;
+    let v = dir.join("vocab.json");
+    std::fs::write(&v, text).map_err(io(v.clone()))?;
+    let m = dir.join("merges.txt");
+    std::fs::write(&m, "#version: 0.2\n").map_err(io(m.clone()))?;
+    Ok(())
 }

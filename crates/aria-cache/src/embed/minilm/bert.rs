@@ -1,7 +1,7 @@
 //! The BERT encoder of all-MiniLM-L6-v2 (post-LayerNorm, absolute positions, exact GELU).
 
-use aria_core::nn::{Bias, Linear};
-use aria_core::ops::{self, AttnOpts, KeyMaskMode};
+use aria_clap::layers::{EncoderLayer, LayerNorm};
+use aria_core::ops;
 use aria_core::{Tensor, WeightLoader};
 
 use crate::{CacheError, Result};
@@ -38,75 +38,6 @@ impl BertConfig {
 /// LayerNorm epsilon of the checkpoint.
 const LN_EPS: f32 = 1e-12;
 
-#[derive(Debug)]
-struct Norm {
-    w: Tensor,
-    b: Tensor,
-}
-
-impl Norm {
-    fn load(vb: &WeightLoader, d: usize) -> Result<Self> {
-        Ok(Norm {
-            w: vb.get("weight", &[d])?,
-            b: vb.get("bias", &[d])?,
-        })
-    }
-
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(ops::layer_norm(x, Some(&self.w), Some(&self.b), LN_EPS)?)
-    }
-}
-
-#[derive(Debug)]
-struct Layer {
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
-    ln1: Norm,
-    up: Linear,
-    down: Linear,
-    ln2: Norm,
-}
-
-impl Layer {
-    fn load(vb: &WeightLoader, c: &BertConfig) -> Result<Self> {
-        let (h, f) = (c.hidden, c.intermediate);
-        let sa = vb.pp("attention.self");
-        Ok(Layer {
-            q: Linear::load(&sa.pp("query"), h, h, Bias::Yes)?,
-            k: Linear::load(&sa.pp("key"), h, h, Bias::Yes)?,
-            v: Linear::load(&sa.pp("value"), h, h, Bias::Yes)?,
-            o: Linear::load(&vb.pp("attention.output.dense"), h, h, Bias::Yes)?,
-            ln1: Norm::load(&vb.pp("attention.output.LayerNorm"), h)?,
-            up: Linear::load(&vb.pp("intermediate.dense"), h, f, Bias::Yes)?,
-            down: Linear::load(&vb.pp("output.dense"), f, h, Bias::Yes)?,
-            ln2: Norm::load(&vb.pp("output.LayerNorm"), h)?,
-        })
-    }
-
-    /// `x [B, N, H]`, `mask [B, N]` (1 = token, 0 = padding).
-    fn forward(&self, x: &Tensor, mask: &Tensor, heads: usize) -> Result<Tensor> {
-        let (b, n, h) = (x.dim(0)?, x.dim(1)?, x.dim(2)?);
-        let hd = h / heads;
-        let split =
-            |t: Tensor| -> Result<Tensor> { Ok(t.reshape(&[b, n, heads, hd])?.transpose(1, 2)?) };
-        let q = split(self.q.forward(x)?)?;
-        let k = split(self.k.forward(x)?)?;
-        let v = split(self.v.forward(x)?)?;
-        let mut opts = AttnOpts::new(1.0 / (hd as f32).sqrt());
-        opts.key_mask = Some(mask);
-        opts.mask_mode = KeyMaskMode::Exclude;
-        let a = ops::attention(&q, &k, &v, &opts)?
-            .transpose(1, 2)?
-            .contiguous()?
-            .reshape(&[b, n, h])?;
-        let x = self.ln1.forward(&ops::add(&self.o.forward(&a)?, x)?)?;
-        let f = self.down.forward(&ops::gelu(&self.up.forward(&x)?)?)?;
-        self.ln2.forward(&ops::add(&f, &x)?)
-    }
-}
-
 /// The BERT encoder: token ids to contextual token states.
 #[derive(Debug)]
 pub struct Bert {
@@ -114,8 +45,8 @@ pub struct Bert {
     word: Tensor,
     pos: Tensor,
     token_type0: Tensor,
-    ln: Norm,
-    layers: Vec<Layer>,
+    ln: LayerNorm,
+    layers: Vec<EncoderLayer>,
 }
 
 impl Bert {
@@ -134,13 +65,21 @@ impl Bert {
         let h = cfg.hidden;
         let tt = e.get("token_type_embeddings.weight", &[2, h])?;
         let layers = (0..cfg.layers)
-            .map(|i| Layer::load(&vb.pp(format!("encoder.layer.{i}")), &cfg))
+            .map(|i| {
+                EncoderLayer::load(
+                    &vb.pp(format!("encoder.layer.{i}")),
+                    cfg.hidden,
+                    cfg.intermediate,
+                    LN_EPS,
+                )
+                .map_err(CacheError::from)
+            })
             .collect::<Result<Vec<_>>>()?;
         Ok(Bert {
             word: e.get("word_embeddings.weight", &[cfg.vocab, h])?,
             pos: e.get("position_embeddings.weight", &[cfg.max_positions, h])?,
             token_type0: tt.narrow(0, 0, 1)?.contiguous()?,
-            ln: Norm::load(&e.pp("LayerNorm"), h)?,
+            ln: LayerNorm::load(&e.pp("LayerNorm"), h, LN_EPS)?,
             layers,
             cfg,
         })
