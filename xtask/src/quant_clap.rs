@@ -84,7 +84,7 @@ pub fn report(
     let against = set(&clap, &names, &clips[0].1)?;
     let reseed = set(&clap, &names, &reseed)?;
     println!(
-        "\\n## CLAP ({}): each precision's clips against f32's; floor = f32 with other seeds against f32",
+        "\n## CLAP ({}): each precision's clips against f32's; floor = f32 with other seeds against f32",
         dir.display()
     );
     println!(
@@ -109,8 +109,9 @@ pub fn report(
         println!("| {name} | {score:.4} | {d:.2e} | {df:.2e} | {f:.3e} | {ff:.3e} |");
     }
     println!(
-        "({} clips per precision; with fewer clips than CLAP's 512 dimensions the FAD is biased upward; with random CLAP weights the scores say nothing about sound)",
-        names.len()
+        "({} clips per precision; with fewer clips than CLAP's {} dimensions the FAD is biased upward; with random CLAP weights the scores say nothing about sound)",
+        names.len(),
+        clap.dim()
     );
     Ok(())
 }

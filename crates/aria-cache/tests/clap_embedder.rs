@@ -55,7 +55,9 @@ fn entries_are_selected_by_their_audio() {
         (c.s_pos - dot(q, &audio_v)).abs() < 1e-5,
         "s_pos = CLAP(audio, prompt)"
     );
-    let neg = &emb.embed_texts(&[aria_cache::select::NEGATIVE_PROMPT]).unwrap()[0];
+    let neg = &emb
+        .embed_texts(&[aria_cache::select::NEGATIVE_PROMPT])
+        .unwrap()[0];
     assert!(
         (c.s_neg - dot(neg, &audio_v)).abs() < 1e-5,
         "s_neg = CLAP(audio, negative)"
