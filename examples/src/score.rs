@@ -41,6 +41,11 @@ fn parse_precision(s: &str) -> std::result::Result<aria_clap::Precision, String>
 
 impl ClapModelArg {
     fn load(&self, cx: &Ctx) -> Result<Clap> {
+        if cx.device != aria::DeviceKind::Cpu {
+            return Err(Error::Input(
+                "CLAP runs on the CPU only for now (--device cpu)".into(),
+            ));
+        }
         let dir = aria_clap::discover::find(self.clap.as_deref()).map_err(err)?;
         let pb = cx
             .ui
