@@ -558,12 +558,16 @@ fn timings_json(t: &aria::Timings, batch: usize) -> String {
 }
 
 fn open_cache(spec: &str, pipe: &Arc<RwLock<Pipeline>>) -> crate::Result<aria_cache::Cache> {
-    use aria_cache::embed::{MiniLm, T5GemmaMeanPool};
+    use aria_cache::embed::{ClapEmbedder, MiniLm, T5GemmaMeanPool};
     let cerr = |e: aria_cache::CacheError| crate::ServeError::Config(format!("cache {spec}: {e}"));
     let store = aria_cache::store::open(spec).map_err(cerr)?;
-    let emb: Arc<dyn aria_cache::Embedder> = match MiniLm::locate() {
-        Some(_) => Arc::new(MiniLm::load_default().map_err(cerr)?),
-        None => {
+    // CLAP (entries indexed by their audio) when ARIA_CLAP names a checkpoint, else MiniLM
+    // when fetched, else the model's own T5Gemma mean-pool.
+    let clap = ClapEmbedder::from_env().map_err(cerr)?;
+    let emb: Arc<dyn aria_cache::Embedder> = match (clap, MiniLm::locate()) {
+        (Some(c), _) => Arc::new(c),
+        (None, Some(_)) => Arc::new(MiniLm::load_default().map_err(cerr)?),
+        (None, None) => {
             let dim = pipe
                 .read()
                 .map_err(|_| crate::ServeError::Config("the model lock is poisoned".into()))?

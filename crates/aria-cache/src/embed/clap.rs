@@ -50,6 +50,16 @@ impl ClapEmbedder {
         Self::new(Clap::load(dir)?)
     }
 
+    /// The checkpoint `ARIA_CLAP` names (a folder or a repository id in the Hugging Face cache),
+    /// or `None` when the variable is unset: the embedder the program and the server prefer.
+    pub fn from_env() -> Result<Option<Self>> {
+        if std::env::var_os(aria_clap::discover::ENV).is_none() {
+            return Ok(None);
+        }
+        let dir = aria_clap::discover::find(None)?;
+        Self::load(&dir).map(Some)
+    }
+
     /// The model.
     pub fn model(&self) -> &Clap {
         &self.clap
