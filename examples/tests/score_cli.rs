@@ -69,24 +69,29 @@ fn score_generated_clips_against_baseline_and_reseed() {
     );
     let csv = root.join("report.csv");
     let svg = root.join("report.svg");
-    let table = ok(&aria(
+    let s = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    let (clap_s, v_s, a_s, r_s) = (s(&clap), s(&v), s(&a), s(&r));
+    // `aria CMD --quiet --clap DIR ARGS…`, its stdout.
+    let run = |cmd: &str, args: &[&str]| -> String {
+        let mut all = vec![cmd, "--quiet", "--clap", clap_s.as_str()];
+        all.extend_from_slice(args);
+        ok(&aria(&all, root))
+    };
+    let (csv_s, svg_s) = (s(&csv), s(&svg));
+    let table = run(
+        "score",
         &[
-            "score",
-            "--quiet",
-            "--clap",
-            clap.to_str().unwrap(),
-            v.to_str().unwrap(),
+            &v_s,
             "--against",
-            a.to_str().unwrap(),
+            &a_s,
             "--reseed",
-            r.to_str().unwrap(),
+            &r_s,
             "--csv",
-            csv.to_str().unwrap(),
+            &csv_s,
             "--plot",
-            svg.to_str().unwrap(),
+            &svg_s,
         ],
-        root,
-    ));
+    );
     assert!(table.contains("fad.variant_vs_against"), "{table}");
     assert!(table.contains("drift.variant_vs_against"), "{table}");
     assert!(table.contains("normalised to -14 LUFS"), "{table}");
@@ -95,21 +100,10 @@ fn score_generated_clips_against_baseline_and_reseed() {
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(svg.contains("<svg") && svg.contains("drift.variant_vs_against"));
 
-    let json = ok(&aria(
-        &[
-            "score",
-            "--json",
-            "--quiet",
-            "--clap",
-            clap.to_str().unwrap(),
-            v.to_str().unwrap(),
-            "--against",
-            a.to_str().unwrap(),
-            "--lufs",
-            "none",
-        ],
-        root,
-    ));
+    let json = run(
+        "score",
+        &["--json", &v_s, "--against", &a_s, "--lufs", "none"],
+    );
     let j: serde_json::Value = serde_json::from_str(&json).unwrap();
     let m = j["measures"].as_array().unwrap();
     assert_eq!(m.len(), 2);
@@ -119,20 +113,8 @@ fn score_generated_clips_against_baseline_and_reseed() {
 
     // `aria clap` on clips without a text: embeddings written, a one-line summary.
     let emb = root.join("emb.json");
-    let p0 = v.join("p0.wav");
-    let out = ok(&aria(
-        &[
-            "clap",
-            "--quiet",
-            "--clap",
-            clap.to_str().unwrap(),
-            "--audio",
-            p0.to_str().unwrap(),
-            "--out",
-            emb.to_str().unwrap(),
-        ],
-        root,
-    ));
+    let p0 = s(&v.join("p0.wav"));
+    let out = run("clap", &["--audio", &p0, "--out", &s(&emb)]);
     assert!(
         out.contains("embedded 0 text(s) and 1 clip(s) into 24 dimensions"),
         "{out}"
@@ -146,41 +128,15 @@ fn score_generated_clips_against_baseline_and_reseed() {
 
     // Texts too (the random checkpoint carries the byte-level vocabulary): a CLAP score per
     // clip against the prompt.
-    let table = ok(&aria(
-        &[
-            "score",
-            "--quiet",
-            "--clap",
-            clap.to_str().unwrap(),
-            v.to_str().unwrap(),
-            "--prompt",
-            "soft rain",
-        ],
-        root,
-    ));
+    let table = run("score", &[&v_s, "--prompt", "soft rain"]);
     assert!(table.contains("clap_score.variant"), "{table}");
-    let out = ok(&aria(
-        &[
-            "clap",
-            "--quiet",
-            "--clap",
-            clap.to_str().unwrap(),
-            "--text",
-            "rain",
-            "--audio",
-            p0.to_str().unwrap(),
-        ],
-        root,
-    ));
+    let out = run("clap", &["--text", "rain", "--audio", &p0]);
     assert!(out.contains("cosine similarity"), "{out}");
 
     // Text without tokenizer files in the folder: a one-line error naming them.
     std::fs::remove_file(clap.join("vocab.json")).unwrap();
     std::fs::remove_file(clap.join("merges.txt")).unwrap();
-    let out = aria(
-        &["clap", "--clap", clap.to_str().unwrap(), "--text", "rain"],
-        root,
-    );
+    let out = aria(&["clap", "--clap", &clap_s, "--text", "rain"], root);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success() && err.contains("tokenizer") && !err.contains("panicked"),
