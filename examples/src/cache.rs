@@ -50,6 +50,51 @@ pub struct CacheOpts {
     /// Do not add the result to the cache.
     #[arg(long)]
     pub cache_no_admit: bool,
+    /// Most entries the cache keeps; beyond it the least important go (0: no bound).
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub cache_max_entries: usize,
+    /// Most bytes of audio and latents the cache keeps, e.g. 4G, 512M (0: no bound).
+    #[arg(long, value_name = "SIZE", default_value = "4G", value_parser = parse_size)]
+    pub cache_max_bytes: u64,
+}
+
+impl CacheOpts {
+    /// The cache's bounds from `--cache-max-entries` and `--cache-max-bytes`.
+    pub fn capacity(&self) -> aria_cache::manager::Capacity {
+        capacity(self.cache_max_entries, self.cache_max_bytes)
+    }
+}
+
+/// Bounds from an entry count and a byte count, 0 meaning no bound.
+pub fn capacity(entries: usize, bytes: u64) -> aria_cache::manager::Capacity {
+    aria_cache::manager::Capacity {
+        max_entries: (entries > 0).then_some(entries),
+        max_bytes: (bytes > 0).then_some(bytes),
+    }
+}
+
+/// A byte count: digits with an optional K, M, G or T suffix (powers of 1024; a trailing `B`
+/// or `iB` is allowed).
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let lower = t.to_ascii_lowercase();
+    let body = lower
+        .strip_suffix("ib")
+        .or_else(|| lower.strip_suffix('b'))
+        .unwrap_or(&lower);
+    let (digits, shift) = match body.chars().last() {
+        Some('k') => (&body[..body.len() - 1], 10),
+        Some('m') => (&body[..body.len() - 1], 20),
+        Some('g') => (&body[..body.len() - 1], 30),
+        Some('t') => (&body[..body.len() - 1], 40),
+        _ => (body, 0),
+    };
+    let n: u64 = digits
+        .trim()
+        .parse()
+        .map_err(|_| format!("expected a size such as 4G, 512M or 1000000, got `{s}`"))?;
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("size `{s}` is too large"))
 }
 
 /// `--cache-skip`.
@@ -61,7 +106,17 @@ pub enum SkipArg {
     Gated,
 }
 
-fn parse_skip(s: &str) -> std::result::Result<SkipArg, String> {
+impl SkipArg {
+    /// The cache's skip policy.
+    pub fn policy(self) -> SkipPolicy {
+        match self {
+            SkipArg::Fraction(f) => SkipPolicy::Fraction(f),
+            SkipArg::Gated => SkipPolicy::Gated(Default::default()),
+        }
+    }
+}
+
+pub(crate) fn parse_skip(s: &str) -> std::result::Result<SkipArg, String> {
     if s.eq_ignore_ascii_case("gated") {
         return Ok(SkipArg::Gated);
     }
@@ -202,12 +257,13 @@ pub fn generate(args: &GenerateArgs, opts: &CacheOpts, cx: &Ctx) -> Result<()> {
     let gen = CacheGenerator::with_template(&pipe, template, args.noise.rng);
     let emb = embedder(opts.cache_embedder, &mut || Ok(pipe.clone()))?;
     let cfg = CacheConfig {
-        skip: match opts.cache_skip {
-            SkipArg::Fraction(f) => SkipPolicy::Fraction(f),
-            SkipArg::Gated => SkipPolicy::Gated(Default::default()),
-        },
+        skip: opts.cache_skip.policy(),
         admit: !opts.cache_no_admit,
         seed,
+        manager: Some(aria_cache::manager::ManagerConfig {
+            capacity: opts.capacity(),
+            ..Default::default()
+        }),
         ..Default::default()
     };
     let mut cache = Cache::open(st, emb, cfg).map_err(cerr)?;
@@ -234,6 +290,9 @@ pub fn generate(args: &GenerateArgs, opts: &CacheOpts, cx: &Ctx) -> Result<()> {
     let o = &out.overhead;
     let alignment = match out.alignment {
         Some(Alignment::StoredLatents) => "stored latents".to_string(),
+        Some(Alignment::FittedLatents { rate }) => {
+            format!("stored latents fitted at rate {rate:.3}")
+        }
         Some(Alignment::Stretched { rate }) => format!("audio stretched at rate {rate:.3}"),
         None => "cold".to_string(),
     };
@@ -403,4 +462,27 @@ pub fn run(a: &CacheArgs, cx: &Ctx) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{capacity, parse_size};
+
+    #[test]
+    fn sizes_parse_with_binary_suffixes_and_refuse_the_rest() {
+        assert_eq!(parse_size("4G"), Ok(4 << 30));
+        assert_eq!(parse_size("512m"), Ok(512 << 20));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("10kb"), Ok(10 << 10));
+        assert_eq!(parse_size("1000000"), Ok(1_000_000));
+        assert_eq!(parse_size("0"), Ok(0));
+        for bad in ["", "G", "-1G", "1.5G", "4X", "99999999999T"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+        assert_eq!(capacity(0, 0), aria_cache::manager::Capacity::UNBOUNDED);
+        assert_eq!(
+            capacity(1000, 4 << 30),
+            aria_cache::manager::Capacity::DEFAULT
+        );
+    }
 }

@@ -50,6 +50,17 @@ pub struct ServeArgs {
     /// Warm-start cache store (a folder, .sqlite file or URL); enables `warm_start`.
     #[arg(long, value_name = "DIR|URL")]
     pub cache: Option<String>,
+    /// Most entries the warm-start cache keeps; beyond it the least important go (0: no bound).
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub cache_max_entries: usize,
+    /// Most bytes of audio and latents the cache keeps, e.g. 4G, 512M (0: no bound).
+    #[arg(long, value_name = "SIZE", default_value = "4G", value_parser = crate::cache::parse_size)]
+    pub cache_max_bytes: u64,
+    /// Steps a cache hit skips: `gated` (the skip gater decides per request and learns from
+    /// each result; its state is kept in the cache's store, shared by the workers) or a
+    /// fixed fraction of the steps.
+    #[arg(long, default_value = "gated", value_parser = crate::cache::parse_skip)]
+    pub cache_skip: crate::cache::SkipArg,
     /// This worker's id in the store (default: one unique to the process, HOST-PID-RANDOM).
     /// A start with an id another live process holds is refused; restarted with the same id
     /// after a crash, a process takes back the jobs it held, each attempt counting.
@@ -133,6 +144,8 @@ pub fn run(a: &ServeArgs, cx: &Ctx) -> Result<()> {
         steer_dir: a.steer_dir.clone(),
         steer_uploads: !a.no_steer_uploads,
         cache: a.cache.clone(),
+        cache_capacity: crate::cache::capacity(a.cache_max_entries, a.cache_max_bytes),
+        cache_skip: a.cache_skip.policy(),
         drain_timeout: Duration::from_secs_f64(a.drain),
         lease: Duration::from_secs_f64(a.lease),
         max_attempts: a.max_attempts,

@@ -278,6 +278,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
     );
 
     let (mut hits, mut stored, mut skipped, mut total_steps) = (0usize, 0usize, 0usize, 0usize);
+    // Hits whose stored latents were cropped or tiled to the request (no encode).
+    let mut fitted = 0usize;
     let (mut warm_e2e, mut over_all, mut over_hit, mut step_ms) = (vec![], vec![], vec![], vec![]);
     let (mut cold_e2e, mut warm_same) = (vec![], vec![]);
     let (mut cold_hit, mut warm_hit) = (vec![], vec![]);
@@ -305,8 +307,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
             voc.push(ms(ov.vocoder));
             gate.push(ms(ov.gate) * 1e3);
             enc.push(ms(ov.encode));
-            if out.alignment == Some(aria_cache::warm::Alignment::StoredLatents) {
-                stored += 1;
+            match out.alignment {
+                Some(aria_cache::warm::Alignment::StoredLatents) => stored += 1,
+                Some(aria_cache::warm::Alignment::FittedLatents { .. }) => fitted += 1,
+                _ => {}
             }
         }
         if t % o.cold_every == 0 || out.reference.is_some() {
@@ -332,9 +336,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
         unique.len()
     );
     println!(
-        "hit rate: {:.1} % ({hits} hits; {stored} reused stored latents, {} stretched + encoded)",
+        "hit rate: {:.1} % ({hits} hits; latents reused on {:.1} % of them: {stored} as stored, \
+         {fitted} cropped or tiled; {} stretched + encoded)",
         100.0 * hits as f64 / n as f64,
-        hits - stored
+        100.0 * (stored + fitted) as f64 / hits.max(1) as f64,
+        hits - stored - fitted
     );
     println!(
         "steps skipped: {skipped} of {total_steps} ({:.1} %)",

@@ -138,12 +138,25 @@ fn child(model: &Path, seconds: f64, steps: usize) -> Result<(), String> {
     let t0 = Instant::now();
     let mut req = GenerateRequest::new("warm ambient pad with soft rain", seconds);
     req.steps = steps;
+    // `ARIA_BENCH_SEED` (default 0) seeds the noise; `ARIA_BENCH_LATENTS=FILE` keeps the final
+    // latents there as little-endian f32 (bench official's quality column reads them).
+    let seed = match std::env::var("ARIA_BENCH_SEED") {
+        Ok(s) => s
+            .parse::<u64>()
+            .map_err(|e| format!("ARIA_BENCH_SEED `{s}`: {e}"))?,
+        Err(_) => 0,
+    };
     let out = pipe
-        .generate(&req, &mut SeededNoise::new(0), &mut |_| {
+        .generate(&req, &mut SeededNoise::new(seed), &mut |_| {
             std::ops::ControlFlow::Continue(())
         })
         .map_err(|e| e.to_string())?;
     let gen = t0.elapsed().as_secs_f64();
+    if let Some(path) = std::env::var_os("ARIA_BENCH_LATENTS") {
+        let v = out.latents.to_vec_f32().map_err(|e| e.to_string())?;
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", Path::new(&path).display()))?;
+    }
     let t = &out.timings;
     let step = t.steps.iter().map(|d| d.as_secs_f64()).sum::<f64>() / t.steps.len().max(1) as f64;
     let cfg = &pipe.config().model.diffusion.config;

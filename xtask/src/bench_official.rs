@@ -15,6 +15,13 @@
 //! alike. Each figure is the minimum over rounds (and over `--reps` inside a child). The ratio
 //! is official / aria (above 1: aria is faster).
 //!
+//! The e2e children also report their peak resident memory (the official process's
+//! `ru_maxrss`, aria's `VmHWM`), and aria's children keep the final latents of the first clip
+//! length: each precision's latents are compared with f32's (seed 0), next to f32's
+//! seed-to-seed spread (one more f32 child at seed 1). A last **summary** table puts, per
+//! precision, the `generate()` and whole-process ratios, both peaks and that latent error side
+//! by side: every figure from this one run (the README's first table is this table).
+//!
 //! Beside each measure with a known amount of work it prints the GFLOP of aria's matrix products
 //! (counted from the model configuration, low rather than high), aria's rate as a share of the
 //! machine's f32 FMA peak (probed in the aria child with the same threads), and the **f32
@@ -320,6 +327,10 @@ impl Reference {
         if let Some(s) = v["e2e"]["generate"]["min_wall_s"].as_f64() {
             m.add(format!("generate.{k}"), s);
         }
+        // bench.py's ru_maxrss of the whole process, in GiB.
+        if let Some(g) = v["mem_end"]["rss_peak_so_far_gib"].as_f64() {
+            m.add(format!("rss.{k}"), g * f64::from(1u32 << 30));
+        }
         Ok(())
     }
 }
@@ -353,10 +364,20 @@ fn aria_components(o: &Opts, model: &Path, precision: &str, m: &mut Mins) -> Res
     Ok(())
 }
 
+/// Where an aria e2e child of `precision` and `seed` keeps its final latents.
+fn latents_file(precision: &str, seed: u64) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "aria-official-{}-{precision}-seed{seed}.f32",
+        std::process::id()
+    ))
+}
+
+/// One aria e2e child: `generate()` of `secs` at `precision` with noise seed `seed`; the final
+/// latents are kept in [`latents_file`] when `keep` is set.
 fn aria_e2e(
     o: &Opts,
     model: &Path,
-    secs: f64,
+    (secs, seed, keep): (f64, u64, bool),
     precision: &str,
     m: &mut Mins,
 ) -> Result<(), String> {
@@ -367,11 +388,18 @@ fn aria_e2e(
         .arg(secs.to_string())
         .arg("8")
         .env("RAYON_NUM_THREADS", o.threads.to_string())
-        .env("ARIA_BENCH_PRECISION", precision);
+        .env("ARIA_BENCH_PRECISION", precision)
+        .env("ARIA_BENCH_SEED", seed.to_string());
+    if keep {
+        c.env("ARIA_BENCH_LATENTS", latents_file(precision, seed));
+    }
     let (out, wall) = run_child(&mut c, "aria e2e")?;
     let r: BTreeMap<String, f64> = results(&out).into_iter().collect();
     let k = key(secs);
     m.add(format!("process.{k}"), wall);
+    if let Some(&rss) = r.get("rss") {
+        m.add(format!("rss.{k}"), rss);
+    }
     if let (Some(total), Some(ready)) = (r.get("total"), r.get("ready")) {
         m.add(format!("generate.{k}"), total - ready);
     }
@@ -655,7 +683,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 (true, None, Some(r)) => r.components(&o, &model, &mut off)?,
                 (true, Some(s), Some(r)) => r.e2e(&o, &model, s, &mut off)?,
                 (false, None, _) => aria_components(&o, &model, p, &mut arias[pi])?,
-                (false, Some(s), _) => aria_e2e(&o, &model, s, p, &mut arias[pi])?,
+                (false, Some(s), _) => {
+                    // The first clip length's latents feed the quality column.
+                    let keep = round == 0 && Some(&s) == o.seconds.first();
+                    aria_e2e(&o, &model, (s, 0, keep), p, &mut arias[pi])?
+                }
             }
             eprintln!(
                 "  round {}: {what} ({:.0} s)",
@@ -665,10 +697,18 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
     }
     let off_ref = reference.as_ref().map(|_| &off);
+    let quality = if o.e2e {
+        Some(quality(&o, &model)?)
+    } else {
+        None
+    };
     for (p, aria) in o.precisions.iter().zip(&arias) {
         println!();
         println!("### aria at --precision {p}");
         report(&o, off_ref, aria);
+    }
+    if let Some(q) = &quality {
+        summary(&o, off_ref, &arias, q);
     }
     if reference.is_some() {
         println!(
@@ -799,4 +839,140 @@ fn report(o: &Opts, off_ref: Option<&Mins>, aria: &Mins) {
             o.threads, aria.peak
         );
     }
+}
+
+/// The quality column: each precision's final latents (first clip length, seed 0) against f32's,
+/// and the floor: f32's latents of seed 1 against seed 0 (the seed-to-seed spread).
+struct Quality {
+    /// `‖x − x_f32‖ / ‖x_f32‖` per precision, in `Opts::precisions` order.
+    err: Vec<f64>,
+    floor: f64,
+}
+
+fn read_latents(precision: &str, seed: u64) -> Result<Vec<f32>, String> {
+    let p = latents_file(precision, seed);
+    let b = std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+    let _ = std::fs::remove_file(&p);
+    if b.is_empty() || b.len() % 4 != 0 {
+        return Err(format!(
+            "{}: {} bytes is not a latent tensor",
+            p.display(),
+            b.len()
+        ));
+    }
+    Ok(b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+/// `‖a − b‖ / ‖b‖`; an error on a length mismatch or a value that is not finite.
+fn rel_rms(a: &[f32], b: &[f32], what: &str) -> Result<f64, String> {
+    if a.len() != b.len() {
+        return Err(format!(
+            "{what}: {} latent values against {}",
+            a.len(),
+            b.len()
+        ));
+    }
+    let (mut num, mut den) = (0f64, 0f64);
+    for (x, y) in a.iter().zip(b) {
+        num += f64::from(x - y).powi(2);
+        den += f64::from(*y).powi(2);
+    }
+    let r = (num / den.max(1e-30)).sqrt();
+    if r.is_finite() {
+        Ok(r)
+    } else {
+        Err(format!("{what}: the latents are not finite"))
+    }
+}
+
+fn quality(o: &Opts, model: &Path) -> Result<Quality, String> {
+    let Some(&secs) = o.seconds.first() else {
+        return Err("--seconds is empty".into());
+    };
+    let t = Instant::now();
+    let mut scratch = Mins::default();
+    if !o.precisions.iter().any(|p| p == "f32") {
+        aria_e2e(o, model, (secs, 0, true), "f32", &mut scratch)?;
+    }
+    aria_e2e(o, model, (secs, 1, true), "f32", &mut scratch)?;
+    let mut lat: BTreeMap<&str, Vec<f32>> = BTreeMap::new();
+    for p in o.precisions.iter().map(String::as_str).chain(["f32"]) {
+        if !lat.contains_key(p) {
+            lat.insert(p, read_latents(p, 0)?);
+        }
+    }
+    let base = &lat["f32"];
+    let floor = rel_rms(&read_latents("f32", 1)?, base, "f32 seed 1")?;
+    let err = o
+        .precisions
+        .iter()
+        .map(|p| rel_rms(&lat[p.as_str()], base, p))
+        .collect::<Result<_, _>>()?;
+    eprintln!("  quality: {:.0} s", t.elapsed().as_secs_f64());
+    Ok(Quality { err, floor })
+}
+
+/// The summary: one row per precision, every figure from this run (the README's first table).
+fn summary(o: &Opts, off: Option<&Mins>, arias: &[Mins], q: &Quality) {
+    let gb = |b: Option<f64>| b.map_or("-".to_string(), |b| format!("{:.2} GB", b / 1e9));
+    let first = o.seconds.first().map(|&s| key(s)).unwrap_or_default();
+    let mut cols: Vec<(String, String)> = vec![
+        (format!("`generate()` {first}"), format!("generate.{first}")),
+        (format!("whole process {first}"), format!("process.{first}")),
+    ];
+    for &s in o.seconds.iter().skip(1) {
+        let k = key(s);
+        cols.push((format!("`generate()` {k}"), format!("generate.{k}")));
+    }
+    println!();
+    println!(
+        "### summary: {}",
+        if off.is_some() {
+            "every precision against the official code, one run (official / aria wall time)"
+        } else {
+            "aria alone (no reference folder; wall time in seconds)"
+        }
+    );
+    println!();
+    let heads: Vec<&str> = cols.iter().map(|c| c.0.as_str()).collect();
+    println!(
+        "| `--precision` | {} | peak RSS {first}: official / aria | final latents vs f32 |",
+        heads.join(" | ")
+    );
+    println!("|---|{}---|---|", "---|".repeat(cols.len()));
+    for ((p, aria), err) in o.precisions.iter().zip(arias).zip(&q.err) {
+        let cells: Vec<String> = cols
+            .iter()
+            .map(|(_, k)| match (off.and_then(|m| m.get(k)), aria.get(k)) {
+                (Some(of), Some(a)) if a > 0.0 => format!("{:.2}×", of / a),
+                (None, Some(a)) => format!("{a:.2} s"),
+                _ => "-".into(),
+            })
+            .collect();
+        let rss_k = format!("rss.{first}");
+        let quality = if p == "f32" {
+            "— (the reference)".to_string()
+        } else {
+            format!(
+                "{:.2} % ({:.3} of the seed-to-seed spread)",
+                100.0 * err,
+                err / q.floor.max(1e-30)
+            )
+        };
+        println!(
+            "| `{p}` | {} | {} / {} | {quality} |",
+            cells.join(" | "),
+            gb(off.and_then(|m| m.get(&rss_k))),
+            gb(aria.get(&rss_k)),
+        );
+    }
+    println!(
+        "(ratios: minimum wall time over rounds, official / aria, above 1 aria is faster; peak \
+         RSS: the smallest peak of the e2e children, ru_maxrss for the official process, VmHWM \
+         for aria's; final latents: ‖x − x_f32‖ / ‖x_f32‖ at seed 0, the spread is f32 seed 1 \
+         against seed 0, {:.1} %)",
+        100.0 * q.floor
+    );
 }

@@ -1,8 +1,8 @@
 //! [`Cache`]: the warm-start path end to end.
 //!
 //! For a request: embed the prompt → search the index for the top-K entries → score them and
-//! draw a reference ([`crate::select`]) → align it (stored latents, or audio stretched by the
-//! phase vocoder and encoded) → generate from the skip step (the generator noises `x̂₀` to the
+//! draw a reference ([`crate::select`]) → align it (stored latents as they are or cropped / tiled
+//! to the request's frames, or audio stretched by the phase vocoder and encoded) → generate from the skip step (the generator noises `x̂₀` to the
 //! schedule's σ there) → record the reuse on the reference (importance += skipped steps ×
 //! duration, eq. 7) → admit the result as a new entry.
 //!
@@ -52,12 +52,19 @@ pub struct CacheConfig {
     pub admit: bool,
     /// Whether admitted entries keep their audio (needed to stretch them to other durations).
     pub keep_audio: bool,
-    /// Whether admitted entries keep their latents (reused as they are for the same duration).
+    /// Whether admitted entries keep their latents (reused as they are for the same duration,
+    /// fitted for a close one).
     pub keep_latents: bool,
+    /// How far a reference's duration `d_i` may be from the request's `L` and still start from
+    /// its stored latents, cropped or tiled ([`warm::align_within`]): `d_i / L` in
+    /// `[1 / (1 + t), 1 + t]`. Beyond it the audio is stretched and encoded. 0: equal durations
+    /// only. Default [`warm::LATENT_TOLERANCE`] (0.25).
+    pub latent_tolerance: f64,
     /// The vector index.
     pub index: IndexKind,
     /// Importance, eviction and admission ([`crate::manager`]); `None`: every result is
-    /// admitted and nothing is evicted.
+    /// admitted and nothing is evicted. Default: every result admitted, evicting the least
+    /// important entries beyond [`manager::Capacity::DEFAULT`] (1 000 entries, 4 GiB).
     pub manager: Option<ManagerConfig>,
 }
 
@@ -70,8 +77,12 @@ impl Default for CacheConfig {
             admit: true,
             keep_audio: true,
             keep_latents: true,
+            latent_tolerance: warm::LATENT_TOLERANCE,
             index: IndexKind::Exact,
-            manager: None,
+            manager: Some(ManagerConfig {
+                capacity: manager::Capacity::DEFAULT,
+                ..Default::default()
+            }),
         }
     }
 }
@@ -132,6 +143,8 @@ pub struct Outcome {
     pub steps_run: usize,
     /// The id of the admitted result, if admitted.
     pub admitted: Option<u64>,
+    /// Entries evicted to make room for it (by the manager, least important first).
+    pub evicted: Vec<u64>,
     /// The cache's own time.
     pub overhead: Overhead,
 }
@@ -156,6 +169,8 @@ pub struct Cache {
     /// Entries this cache inserted and indexed since the last sync (their changes need no
     /// reload).
     own: BTreeSet<u64>,
+    /// Entries the manager evicted during the current admission ([`Outcome::evicted`]).
+    evicted: Vec<u64>,
 }
 
 impl std::fmt::Debug for Cache {
@@ -183,6 +198,15 @@ impl Cache {
         cfg: CacheConfig,
     ) -> Result<Cache> {
         cfg.selector.validate()?;
+        if !(cfg.latent_tolerance.is_finite() && cfg.latent_tolerance >= 0.0) {
+            return Err(CacheError::Invalid {
+                name: "latent_tolerance".into(),
+                reason: format!(
+                    "{} is not a finite, non-negative duration tolerance",
+                    cfg.latent_tolerance
+                ),
+            });
+        }
         let dim = embedder.dim();
         let negative = one(embedder.embed_texts(&[NEGATIVE_PROMPT])?, embedder.name())?;
         // Read before the vectors: a change committed in between is applied again by `sync`.
@@ -230,6 +254,7 @@ impl Cache {
             cfg,
             synced,
             own: BTreeSet::new(),
+            evicted: Vec::new(),
         })
     }
 
@@ -414,7 +439,7 @@ impl Cache {
             };
             // Step 0 still runs the whole warm path (σ = 1: the reference does not enter).
             if let Some(entry) = entry {
-                let (x, a, t) = warm::align(g, &entry, req)?;
+                let (x, a, t) = warm::align_within(g, &entry, req, self.cfg.latent_tolerance)?;
                 o.vocoder = t.vocoder;
                 o.encode = t.encode;
                 warm = Some(WarmLatents {
@@ -442,6 +467,7 @@ impl Cache {
             }
         }
         let t0 = Instant::now();
+        self.evicted.clear();
         let admitted = if self.cfg.admit {
             self.admit_generation(g, req, &generation, Some(look.query))?
         } else {
@@ -456,6 +482,7 @@ impl Cache {
             alignment,
             start_step,
             admitted,
+            evicted: std::mem::take(&mut self.evicted),
             overhead: o,
         })
     }
@@ -559,6 +586,7 @@ impl Cache {
             m.on_insert(id, &e, now);
             for gone in m.evict(self.store.as_mut(), Some(id))? {
                 self.unindex(gone);
+                self.evicted.push(gone);
             }
         }
         Ok(Some(id))

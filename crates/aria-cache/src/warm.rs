@@ -13,9 +13,16 @@
 //! The generator performs that noising with its own draws ([`Generator::generate`] with
 //! [`WarmLatents`]), so that `start_step = 0` (σ = 1) is a cold generation bit for bit.
 //!
-//! `x̂₀` comes from the cached clip: its stored latents when they were made by the same
-//! generator for the same latent shape and duration, otherwise its audio, time-stretched by the
-//! phase vocoder to the requested duration ([`crate::vocoder`]) and encoded by the generator.
+//! `x̂₀` comes from the cached clip, latents first:
+//! - its stored latents as they are, when the same generator made them for the same latent
+//!   shape and duration ([`Alignment::StoredLatents`]);
+//! - its stored latents cropped or tiled at latent-frame granularity to the request's frames,
+//!   when the durations differ by no more than a tolerance (the cache's
+//!   [`crate::CacheConfig::latent_tolerance`]) and the generator says how many frames a duration
+//!   covers ([`Generator::latent_frames`]): no decode, no encode
+//!   ([`Alignment::FittedLatents`]);
+//! - otherwise its audio, time-stretched by the phase vocoder to the requested duration
+//!   ([`crate::vocoder`]) and encoded by the generator ([`Alignment::Stretched`]).
 
 use std::time::{Duration, Instant};
 
@@ -94,6 +101,12 @@ pub trait Generator {
     fn generate(&self, req: &Request, warm: Option<&WarmLatents>) -> Result<Generation>;
     /// Decodes latents of `req` to audio.
     fn decode(&self, latents: &Tensor, req: &Request) -> Result<Audio>;
+    /// Latent frames (the last axis of [`Self::latent_shape`]) that hold `seconds` of audio.
+    /// `None` (the default): stored latents are reused only at the same shape and duration.
+    fn latent_frames(&self, seconds: f64) -> Option<usize> {
+        let _ = seconds;
+        None
+    }
 }
 
 /// How `x̂₀` was obtained.
@@ -101,6 +114,12 @@ pub trait Generator {
 pub enum Alignment {
     /// The entry's stored latents (same generator, shape and duration).
     StoredLatents,
+    /// The entry's stored latents cropped or tiled along the frames to the request's latent
+    /// shape (same generator; durations within the tolerance); nothing decoded or encoded.
+    FittedLatents {
+        /// `d_i / L`: above 1 the clip was cropped, below 1 its frames repeat.
+        rate: f64,
+    },
     /// The entry's audio, stretched by the phase vocoder at this rate (1 when the length already
     /// matched) and encoded.
     Stretched {
@@ -121,22 +140,53 @@ pub struct AlignTimings {
 /// Durations closer than this (seconds) count as equal for reusing stored latents.
 pub const SAME_DURATION: f64 = 1e-3;
 
-/// `x̂₀` for `req` from a cached entry (loaded with its payload): its latents when they fit,
-/// else its audio stretched to the requested duration and encoded.
+/// The default of [`crate::CacheConfig::latent_tolerance`]: stored latents are fitted (cropped or
+/// tiled) rather than stretched and encoded when `d_i / L` lies in `[1 / 1.25, 1.25]`.
+pub const LATENT_TOLERANCE: f64 = 0.25;
+
+/// `x̂₀` for `req` from a cached entry (loaded with its payload): its latents when they fit
+/// exactly, else audio stretched to the requested duration and encoded. Stored latents of
+/// another duration are never fitted here; [`align_within`] does that.
 pub fn align(
     g: &dyn Generator,
     entry: &Entry,
     req: &Request,
 ) -> Result<(Tensor, Alignment, AlignTimings)> {
+    align_within(g, entry, req, 0.0)
+}
+
+/// [`align`], latents first: when the same generator stored the entry's latents and
+/// `d_i / L` lies in `[1 / (1 + tolerance), 1 + tolerance]`, the stored latents' frames that
+/// hold `d_i` ([`Generator::latent_frames`]) are cropped or repeated from the start to the
+/// request's latent shape ([`fit_frames`]), with no encode. A tolerance of 0 fits only equal
+/// durations.
+pub fn align_within(
+    g: &dyn Generator,
+    entry: &Entry,
+    req: &Request,
+    tolerance: f64,
+) -> Result<(Tensor, Alignment, AlignTimings)> {
     let t = AlignTimings::default();
     let shape = g.latent_shape(req)?;
     if let Some(l) = &entry.data.latents {
-        if l.generator == g.id()
-            && l.shape == shape
-            && (entry.data.seconds - req.seconds).abs() < SAME_DURATION
-        {
-            let x = Tensor::from_vec(l.data.clone(), &l.shape)?;
-            return Ok((x, Alignment::StoredLatents, t));
+        if l.generator == g.id() {
+            let same_duration = (entry.data.seconds - req.seconds).abs() < SAME_DURATION;
+            if l.shape == shape && same_duration {
+                let x = Tensor::from_vec(l.data.clone(), &l.shape)?;
+                return Ok((x, Alignment::StoredLatents, t));
+            }
+            let rate = entry.data.seconds / req.seconds;
+            let within = tolerance.is_finite()
+                && tolerance >= 0.0
+                && rate <= 1.0 + tolerance
+                && rate * (1.0 + tolerance) >= 1.0;
+            if within || same_duration {
+                if let Some(frames) = g.latent_frames(entry.data.seconds) {
+                    let name = format!("cache entry {}", entry.id);
+                    let x = fit_frames(&name, &l.data, &l.shape, frames, &shape)?;
+                    return Ok((x, Alignment::FittedLatents { rate }, t));
+                }
+            }
         }
     }
     let audio = match &entry.data.audio {
@@ -179,6 +229,47 @@ pub fn align(
         });
     }
     align_audio(g, audio, entry.data.seconds, req, t)
+}
+
+/// Latents `data` of shape `from` (`[.., T]`) fitted to `to` (the same leading axes, `T'`
+/// frames): frame `t` of each row is the source frame `t mod V`, where `V = min(frames, T)` are
+/// the frames that hold the clip (so `T' ≤ V` crops, `T' > V` repeats the clip from its start).
+/// An error names `name` when the leading axes differ or the data does not match its shape.
+pub fn fit_frames(
+    name: &str,
+    data: &[f32],
+    from: &[usize],
+    frames: usize,
+    to: &[usize],
+) -> Result<Tensor> {
+    let bad = |reason: String| CacheError::Invalid {
+        name: name.to_string(),
+        reason,
+    };
+    let (Some((&t_from, lead_from)), Some((&t_to, lead_to))) = (from.split_last(), to.split_last())
+    else {
+        return Err(bad(format!(
+            "latents of shape {from:?} cannot become {to:?}"
+        )));
+    };
+    if lead_from != lead_to || t_from == 0 || t_to == 0 {
+        return Err(bad(format!(
+            "latents of shape {from:?} cannot become {to:?}"
+        )));
+    }
+    let rows: usize = lead_from.iter().product();
+    if rows.checked_mul(t_from) != Some(data.len()) {
+        return Err(bad(format!(
+            "{} latent values for shape {from:?}",
+            data.len()
+        )));
+    }
+    let v = frames.clamp(1, t_from);
+    let mut out = Vec::with_capacity(rows * t_to);
+    for row in data.chunks_exact(t_from) {
+        out.extend((0..t_to).map(|t| row[t % v]));
+    }
+    Ok(Tensor::from_vec(out, to)?)
 }
 
 fn align_audio(

@@ -47,6 +47,8 @@ impl Embedder for FirstWord {
 #[derive(Default)]
 struct Mock {
     encoded: RefCell<Vec<usize>>,
+    /// Whether it says how many latent frames a duration covers (fitted latents).
+    frames: bool,
 }
 
 const SR: u32 = 1000;
@@ -93,6 +95,10 @@ impl Generator for Mock {
     fn decode(&self, l: &Tensor, r: &Request) -> aria_cache::Result<Audio> {
         let _ = l;
         Audio::new(vec![0.0; (r.seconds * f64::from(SR)) as usize], 1, SR)
+    }
+    fn latent_frames(&self, seconds: f64) -> Option<usize> {
+        self.frames
+            .then(|| ((seconds * 100.0).round() as usize).max(1))
     }
 }
 
@@ -159,9 +165,11 @@ fn hits_reuse_latents_or_stretch_audio_and_book_importance() {
     assert!(f.reference.is_none());
 
     // Importance: Σ skipped steps × duration over the reuses of each reference (eq. 7),
-    // decayed by 0.9 per hour between the reuses (milliseconds here).
+    // decayed by 0.9 per hour between the reuses (milliseconds here), on top of the importance
+    // each of the 5 admitted results starts with (the default, bounded manager's).
     let total: f64 = c.list().unwrap().iter().map(|e| e.data.importance).sum();
-    let want = 4.0 * 2.0 + 4.0 * 3.0;
+    let start = aria_cache::manager::ManagerConfig::default().new_entry_importance;
+    let want = 4.0 * 2.0 + 4.0 * 3.0 + 5.0 * start;
     assert!(total <= want && want - total < 1e-3, "{total}");
     let hits: u64 = c.list().unwrap().iter().map(|e| e.hits).sum();
     assert_eq!(hits, 2);
@@ -189,6 +197,146 @@ fn hits_reuse_latents_or_stretch_audio_and_book_importance() {
     assert_eq!(c.clear().unwrap(), 5);
     assert!(c.is_empty());
     drop(c);
+}
+
+/// Latents first: a reference within the tolerance starts from its stored latents cropped or
+/// tiled to the request's frames, with nothing encoded; the warm start is exactly the
+/// generator's run from those fitted latents; beyond the tolerance the audio is stretched and
+/// encoded; with a tolerance of 0 (or a generator that cannot count frames) only equal
+/// durations reuse latents.
+#[test]
+fn close_durations_start_from_fitted_latents_without_an_encode() {
+    let dir = TempDir::new("cache-fit");
+    let g = Mock {
+        frames: true,
+        ..Default::default()
+    };
+    let mut c = open(&dir, SkipPolicy::Fraction(0.5));
+    assert_eq!(
+        c.config().latent_tolerance,
+        aria_cache::warm::LATENT_TOLERANCE
+    );
+    // A 2 s entry whose 200 latent frames are a ramp 0, 1, …, 199.
+    let ramp: Vec<f32> = (0..200).map(|i| i as f32).collect();
+    let req0 = Request::new("rain on a roof", 2.0, 8, 1);
+    let gen0 = Generation {
+        audio: Audio::new(vec![0.25; 2000], 1, SR).unwrap(),
+        latents: Tensor::from_vec(ramp.clone(), &[1, 1, 200]).unwrap(),
+        step_times: vec![],
+        total: Duration::ZERO,
+    };
+    let id = c.admit_generation(&g, &req0, &gen0, None).unwrap().unwrap();
+
+    // 2.4 s (rate 2/2.4 = 0.833, inside [0.8, 1.25]): 240 frames, the ramp then its first 40
+    // frames again; 4 steps run from step 4, so the mock adds 4 to each.
+    let req = Request::new("rain again", 2.4, 8, 2);
+    let w = c.generate(&g, &req).unwrap();
+    assert_eq!(w.reference, Some(id));
+    assert!(
+        matches!(w.alignment, Some(Alignment::FittedLatents { rate }) if (rate - 2.0 / 2.4).abs() < 1e-12),
+        "{:?}",
+        w.alignment
+    );
+    let want: Vec<f32> = (0..240).map(|t| ramp[t % 200] + 4.0).collect();
+    assert_eq!(w.generation.latents.to_vec_f32().unwrap(), want);
+    assert!(g.encoded.borrow().is_empty(), "nothing encoded");
+    assert_eq!(w.overhead.encode, Duration::ZERO);
+    // The same bits as the generator started from the fitted latents at that step.
+    let fitted = aria_cache::warm::fit_frames("t", &ramp, &[1, 1, 200], 200, &[1, 1, 240]).unwrap();
+    let direct = g
+        .generate(
+            &req,
+            Some(&WarmLatents {
+                latents: fitted,
+                start_step: 4,
+            }),
+        )
+        .unwrap();
+    assert_eq!(
+        w.generation.latents.to_vec_f32().unwrap(),
+        direct.latents.to_vec_f32().unwrap()
+    );
+    c.clear().unwrap();
+    let id = c.admit_generation(&g, &req0, &gen0, None).unwrap().unwrap();
+
+    // 1.7 s (rate 1.18): the first 170 frames, cropped.
+    let w = c
+        .generate(&g, &Request::new("rain short", 1.7, 8, 3))
+        .unwrap();
+    assert_eq!(w.reference, Some(id));
+    assert!(matches!(w.alignment, Some(Alignment::FittedLatents { .. })));
+    let want: Vec<f32> = (0..170).map(|t| ramp[t] + 4.0).collect();
+    assert_eq!(w.generation.latents.to_vec_f32().unwrap(), want);
+    assert!(g.encoded.borrow().is_empty());
+    c.clear().unwrap();
+    c.admit_generation(&g, &req0, &gen0, None).unwrap().unwrap();
+
+    // 2.9 s (rate 0.69, inside the gate, beyond the tolerance): stretched and encoded.
+    let w = c
+        .generate(&g, &Request::new("rain longer", 2.9, 8, 4))
+        .unwrap();
+    assert!(matches!(w.alignment, Some(Alignment::Stretched { .. })));
+    assert_eq!(*g.encoded.borrow(), vec![2900]);
+    drop(c);
+
+    // Tolerance 0: only an equal duration reuses latents.
+    let dir = TempDir::new("cache-fit");
+    let mut c = Cache::open(
+        store::open(dir.to_str().unwrap()).unwrap(),
+        Arc::new(FirstWord),
+        CacheConfig {
+            latent_tolerance: 0.0,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    c.admit_generation(&g, &req0, &gen0, None).unwrap().unwrap();
+    let w = c
+        .generate(&g, &Request::new("rain again", 2.4, 8, 2))
+        .unwrap();
+    assert!(matches!(w.alignment, Some(Alignment::Stretched { .. })));
+    drop(c);
+
+    // A tolerance that is not a finite, non-negative number is refused, naming the setting.
+    for bad in [-0.1, f64::NAN, f64::INFINITY] {
+        let e = Cache::open(
+            store::open(dir.to_str().unwrap()).unwrap(),
+            Arc::new(FirstWord),
+            CacheConfig {
+                latent_tolerance: bad,
+                ..Default::default()
+            },
+        )
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("latent_tolerance"), "{e}");
+    }
+}
+
+/// `fit_frames` crops, tiles per row, and refuses shapes that cannot fit.
+#[test]
+fn fit_frames_crops_and_tiles_each_row() {
+    use aria_cache::warm::fit_frames;
+    // Two rows of 5 frames, 3 of which hold the clip.
+    let data: Vec<f32> = (0..10).map(|i| i as f32).collect();
+    let x = fit_frames("t", &data, &[1, 2, 5], 3, &[1, 2, 7]).unwrap();
+    assert_eq!(
+        x.to_vec_f32().unwrap(),
+        vec![0., 1., 2., 0., 1., 2., 0., 5., 6., 7., 5., 6., 7., 5.]
+    );
+    let x = fit_frames("t", &data, &[1, 2, 5], 9, &[1, 2, 2]).unwrap();
+    assert_eq!(x.to_vec_f32().unwrap(), vec![0., 1., 5., 6.]);
+    for (from, to) in [
+        (vec![1, 2, 5], vec![1, 3, 5]),
+        (vec![1, 2, 5], vec![1, 2, 0]),
+        (vec![1, 5, 2], vec![1, 2, 5]),
+        (vec![], vec![1]),
+    ] {
+        let e = fit_frames("entry 7", &data, &from, 3, &to).unwrap_err();
+        assert!(e.to_string().contains("entry 7"), "{e}");
+    }
+    let e = fit_frames("entry 7", &data[..9], &[1, 2, 5], 3, &[1, 2, 5]).unwrap_err();
+    assert!(e.to_string().contains("9 latent values"), "{e}");
 }
 
 #[test]

@@ -112,8 +112,15 @@ pub fn write_wav(
     w.finalize().map_err(err)
 }
 
+/// The sample rates aria reads and resamples, in Hz: telephone-band 4 kHz up to 768 kHz
+/// (the highest rate interfaces record). A rate outside it is a corrupt or hostile header, and
+/// refusing it keeps resampling bounded: the ratio between two accepted rates is at most 192,
+/// so the bounded resampler's start-up delay stays below 25 000 output samples.
+pub const SAMPLE_RATES: std::ops::RangeInclusive<u32> = 4_000..=768_000;
+
 /// Read an audio file (WAV through hound; anything else symphonia can probe). Integer PCM is
-/// scaled to [−1, 1) by `2^(bits−1)`. Errors name the file; a file without samples is an error.
+/// scaled to [−1, 1) by `2^(bits−1)`. Errors name the file; a file without samples, or at a
+/// rate outside [`SAMPLE_RATES`], is an error.
 pub fn read_audio(path: impl AsRef<Path>) -> Result<AudioClip> {
     let path = path.as_ref();
     let clip = match read_wav(path) {
@@ -131,6 +138,17 @@ pub fn read_audio(path: impl AsRef<Path>) -> Result<AudioClip> {
     };
     if clip.frames() == 0 || clip.channels() == 0 {
         return Err(CodecError::audio(path, "contains no audio samples"));
+    }
+    if !SAMPLE_RATES.contains(&clip.sample_rate) {
+        return Err(CodecError::audio(
+            path,
+            format!(
+                "sample rate {} Hz is outside the {}–{} Hz that aria reads",
+                clip.sample_rate,
+                SAMPLE_RATES.start(),
+                SAMPLE_RATES.end()
+            ),
+        ));
     }
     Ok(clip)
 }
@@ -301,8 +319,8 @@ fn exact_geometry(from: u32, to: u32) -> (usize, usize, usize) {
 /// For the usual rates this is the reference's algorithm (torchaudio `Resample`,
 /// `sinc_interp_hann`, 6 zero crossings, rolloff 0.99; kernel built in f64, applied in f32);
 /// for a ratio whose torchaudio kernel would be larger than [`MAX_EXACT_KERNEL_TAPS`], a
-/// bounded sinc resampler (see [`resample_plan`] and the module docs). Equal rates return the
-/// input unchanged.
+/// bounded sinc resampler (see [`resample_plan`] and the module docs). Both rates must lie in
+/// [`SAMPLE_RATES`]; equal rates return the input unchanged.
 pub fn resample(data: &Tensor, from: u32, to: u32) -> Result<Tensor> {
     let s = data.shape();
     if s.len() != 2 {
@@ -310,9 +328,11 @@ pub fn resample(data: &Tensor, from: u32, to: u32) -> Result<Tensor> {
             "resample expects [channels, samples], got {s:?}"
         )));
     }
-    if from == 0 || to == 0 {
+    if !SAMPLE_RATES.contains(&from) || !SAMPLE_RATES.contains(&to) {
         return Err(CodecError::Invalid(format!(
-            "invalid sample rates {from} → {to}"
+            "cannot resample {from} Hz → {to} Hz: rates must lie in {}–{} Hz",
+            SAMPLE_RATES.start(),
+            SAMPLE_RATES.end()
         )));
     }
     let x = data.to_dtype(DType::F32)?.contiguous()?;

@@ -69,6 +69,38 @@ fn unreadable_and_empty_files_name_the_file() {
     assert!(e.to_string().contains("missing.flac"), "{e}");
 }
 
+/// A header rate outside `SAMPLE_RATES` (a 17 Hz WAV made a fuzz run resample 16 samples into
+/// 370 000 outputs) is refused when read, naming the file and the rate, and `resample` refuses
+/// it too; the edges of the range are accepted.
+#[test]
+fn absurd_sample_rates_are_refused_with_the_rate() {
+    let dir = TempDir::new("codec-test");
+    let x = sine(1, 64, 44100.0, 440.0);
+    for rate in [17u32, 3_999, 768_001, 4_000_000] {
+        let p = dir.join(format!("at-{rate}.wav"));
+        audio::write_wav(&p, &x, rate, WavFormat::F32).unwrap();
+        let e = audio::read_audio(&p).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("at-{rate}.wav")) && e.contains(&format!("{rate} Hz")),
+            "{e}"
+        );
+        let e = audio::resample(&x, rate, 44_100).unwrap_err().to_string();
+        assert!(e.contains(&format!("{rate} Hz")), "{e}");
+        let e = audio::resample(&x, 44_100, rate).unwrap_err().to_string();
+        assert!(e.contains(&format!("{rate} Hz")), "{e}");
+    }
+    for rate in [*audio::SAMPLE_RATES.start(), *audio::SAMPLE_RATES.end()] {
+        let p = dir.join(format!("at-{rate}.wav"));
+        audio::write_wav(&p, &x, rate, WavFormat::F32).unwrap();
+        let c = audio::read_audio(&p).unwrap();
+        assert_eq!(c.sample_rate, rate);
+        let y = audio::prepare_audio(&c, 44_100, None, 2).unwrap();
+        let want = (64 * 44_100u64).div_ceil(u64::from(rate)) as usize;
+        assert_eq!(y.shape(), &[1, 2, want]);
+        assert!(y.to_vec_f32().unwrap().iter().all(|v| v.is_finite()));
+    }
+}
+
 #[test]
 fn resample_keeps_a_sine_and_the_length() {
     let x = sine(1, 48000, 48000.0, 1000.0);

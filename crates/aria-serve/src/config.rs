@@ -116,6 +116,12 @@ pub struct ServeConfig {
     /// Warm-start cache store (`aria_cache::store::open` form); `None`: `warm_start` requests
     /// are refused.
     pub cache: Option<String>,
+    /// Bounds of the warm-start cache (default [`aria_cache::manager::Capacity::DEFAULT`]:
+    /// 1 000 entries, 4 GiB); beyond them the least important entries are evicted.
+    pub cache_capacity: aria_cache::manager::Capacity,
+    /// How many steps a cache hit skips (default: the skip gater, which learns from each
+    /// result and keeps its state in the cache's store, shared by the workers).
+    pub cache_skip: aria_cache::SkipPolicy,
     /// This worker's id in the store. [`ServeConfig::demo`] (and `aria serve` without
     /// `--worker-id`) picks one unique to the process (`HOST-PID-RANDOM`). The id is
     /// registered in the store and renewed with the lease: a start with an id another live
@@ -172,6 +178,8 @@ impl ServeConfig {
             steer_dir: None,
             steer_uploads: true,
             cache: None,
+            cache_capacity: aria_cache::manager::Capacity::DEFAULT,
+            cache_skip: aria_cache::SkipPolicy::Gated(Default::default()),
             worker_id: crate::jobs::default_worker_id(),
             lease: Duration::from_secs(30),
             max_attempts: 3,

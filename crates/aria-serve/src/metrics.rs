@@ -26,7 +26,120 @@ pub struct Metrics {
     pub batch_items: AtomicU64,
     /// Sampler steps run (per batch).
     pub steps: AtomicU64,
+    /// The warm-start cache of this process's worker.
+    pub cache: CacheMetrics,
     hist: Mutex<Hist>,
+}
+
+/// Warm-start cache counters (requests with `warm_start`).
+#[derive(Debug, Default)]
+pub struct CacheMetrics {
+    /// Requests served through the cache.
+    pub requests: AtomicU64,
+    /// Of those, hits (a cached reference was used).
+    pub hits: AtomicU64,
+    /// Hits that started from the reference's stored latents as they were.
+    pub latents_stored: AtomicU64,
+    /// Hits that started from its stored latents cropped or tiled (no encode).
+    pub latents_fitted: AtomicU64,
+    /// Hits whose reference audio was stretched and encoded.
+    pub stretched: AtomicU64,
+    /// Sampler steps skipped by hits.
+    pub skipped_steps: AtomicU64,
+    /// Entries evicted to keep the cache within its bounds.
+    pub evictions: AtomicU64,
+    /// Results admitted to the cache.
+    pub admitted: AtomicU64,
+    /// How many hits started at each step (the skip gater's choices, or the fixed policy's).
+    start_steps: Mutex<std::collections::BTreeMap<usize, u64>>,
+}
+
+impl CacheMetrics {
+    /// Records one request served through the cache.
+    pub fn observe(&self, out: &aria_cache::Outcome) {
+        use aria_cache::warm::Alignment;
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.evictions
+            .fetch_add(out.evicted.len() as u64, Ordering::Relaxed);
+        if out.admitted.is_some() {
+            self.admitted.fetch_add(1, Ordering::Relaxed);
+        }
+        if out.reference.is_none() {
+            return;
+        }
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        self.skipped_steps
+            .fetch_add(out.start_step as u64, Ordering::Relaxed);
+        let c = match out.alignment {
+            Some(Alignment::StoredLatents) => &self.latents_stored,
+            Some(Alignment::FittedLatents { .. }) => &self.latents_fitted,
+            _ => &self.stretched,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut m) = self.start_steps.lock() {
+            *m.entry(out.start_step).or_insert(0) += 1;
+        }
+    }
+
+    fn render(&self, s: &mut String) {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        for (name, help, v) in [
+            (
+                "aria_cache_requests_total",
+                "Requests served through the warm-start cache.",
+                load(&self.requests),
+            ),
+            (
+                "aria_cache_hits_total",
+                "Of those, requests that started from a cached reference.",
+                load(&self.hits),
+            ),
+            (
+                "aria_cache_skipped_steps_total",
+                "Sampler steps the hits skipped.",
+                load(&self.skipped_steps),
+            ),
+            (
+                "aria_cache_evictions_total",
+                "Entries evicted to keep the cache within its bounds.",
+                load(&self.evictions),
+            ),
+            (
+                "aria_cache_admitted_total",
+                "Results added to the cache.",
+                load(&self.admitted),
+            ),
+        ] {
+            let _ = writeln!(s, "# HELP {name} {help}");
+            let _ = writeln!(s, "# TYPE {name} counter");
+            let _ = writeln!(s, "{name} {v}");
+        }
+        let name = "aria_cache_hit_starts_total";
+        let _ = writeln!(
+            s,
+            "# HELP {name} Hits by how the reference became the start: stored latents, fitted \
+             (cropped or tiled) latents, or stretched and encoded audio."
+        );
+        let _ = writeln!(s, "# TYPE {name} counter");
+        for (how, a) in [
+            ("stored_latents", &self.latents_stored),
+            ("fitted_latents", &self.latents_fitted),
+            ("stretched_audio", &self.stretched),
+        ] {
+            let _ = writeln!(s, "{name}{{start=\"{how}\"}} {}", load(a));
+        }
+        let name = "aria_cache_start_step_total";
+        let _ = writeln!(
+            s,
+            "# HELP {name} Hits by the sampler step they started at (the skip gater's choices)."
+        );
+        let _ = writeln!(s, "# TYPE {name} counter");
+        if let Ok(m) = self.start_steps.lock() {
+            for (step, n) in m.iter() {
+                let _ = writeln!(s, "{name}{{step=\"{step}\"}} {n}");
+            }
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -133,6 +246,7 @@ impl Metrics {
             let _ = writeln!(s, "{name}_sum {}", h.sum);
             let _ = writeln!(s, "{name}_count {}", h.total);
         }
+        self.cache.render(&mut s);
         s
     }
 }

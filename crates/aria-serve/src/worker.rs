@@ -55,7 +55,7 @@ impl Worker {
     pub fn new(shared: Arc<Shared>, pipe: Pipeline) -> crate::Result<Worker> {
         let pipe = Arc::new(RwLock::new(pipe));
         let cache = match &shared.cfg.cache {
-            Some(spec) => Some(open_cache(spec, &pipe)?),
+            Some(spec) => Some(open_cache(spec, &shared.cfg, &pipe)?),
             None => None,
         };
         Ok(Worker {
@@ -513,6 +513,7 @@ impl Worker {
         let out = cache
             .generate(&gen, &req)
             .map_err(|e| format!("warm start: {e}"))?;
+        self.shared.metrics.cache.observe(&out);
         let a = &out.generation.audio;
         let frames = a.samples.len() / a.channels.max(1);
         let n = frames.min(it.frames);
@@ -537,6 +538,13 @@ impl Worker {
                 "reference": out.reference,
                 "start_step": out.start_step,
                 "steps_run": out.steps_run,
+                "start": match out.alignment {
+                    Some(aria_cache::warm::Alignment::StoredLatents) => "stored_latents",
+                    Some(aria_cache::warm::Alignment::FittedLatents { .. }) => "fitted_latents",
+                    Some(aria_cache::warm::Alignment::Stretched { .. }) => "stretched_audio",
+                    None => "cold",
+                },
+                "evicted": out.evicted.len(),
             },
             "batch": 1,
         })
@@ -557,7 +565,11 @@ fn timings_json(t: &aria::Timings, batch: usize) -> String {
     .to_string()
 }
 
-fn open_cache(spec: &str, pipe: &Arc<RwLock<Pipeline>>) -> crate::Result<aria_cache::Cache> {
+fn open_cache(
+    spec: &str,
+    cfg: &crate::ServeConfig,
+    pipe: &Arc<RwLock<Pipeline>>,
+) -> crate::Result<aria_cache::Cache> {
     use aria_cache::embed::{ClapEmbedder, MiniLm, T5GemmaMeanPool};
     let cerr = |e: aria_cache::CacheError| crate::ServeError::Config(format!("cache {spec}: {e}"));
     let store = aria_cache::store::open(spec).map_err(cerr)?;
@@ -586,7 +598,14 @@ fn open_cache(spec: &str, pipe: &Arc<RwLock<Pipeline>>) -> crate::Result<aria_ca
             }))
         }
     };
-    let cfg = aria_cache::CacheConfig::default();
+    let cfg = aria_cache::CacheConfig {
+        skip: cfg.cache_skip,
+        manager: Some(aria_cache::manager::ManagerConfig {
+            capacity: cfg.cache_capacity,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
     aria_cache::Cache::open(store, emb, cfg).map_err(cerr)
 }
 

@@ -324,16 +324,64 @@ async fn warm_start_reports_the_cache_hit() {
     assert_eq!(ws["start_step"], 0, "{first}");
     assert_eq!(ws["steps_run"], 6, "{first}");
     assert_eq!(first["request"]["warm_start"], true);
-    // A near-identical request: a hit, half the steps skipped.
+    assert_eq!(ws["start"], "cold", "{first}");
+    // A near-identical request: a hit, from the stored latents of the same duration, some
+    // steps skipped (the skip gater decides, by default).
     let (_, second) = audio(a, body("rain on a tin roof.", 2)).await;
     let ws = &second["timings"]["stages"]["warm_start"];
     assert!(!ws["reference"].is_null(), "no cache hit: {second}");
+    assert_eq!(ws["start"], "stored_latents", "{second}");
     let start_step = ws["start_step"].as_u64().unwrap();
     assert!(start_step > 0, "{second}");
     assert_eq!(
         ws["steps_run"].as_u64().unwrap(),
         6 - start_step,
         "{second}"
+    );
+    // /metrics counts both requests, the hit, how it started, the steps it skipped and the
+    // step the gater chose.
+    let m = String::from_utf8(get(a, "/metrics").await.body).unwrap();
+    for line in [
+        "aria_cache_requests_total 2".to_string(),
+        "aria_cache_hits_total 1".to_string(),
+        "aria_cache_admitted_total 2".to_string(),
+        "aria_cache_evictions_total 0".to_string(),
+        format!("aria_cache_skipped_steps_total {start_step}"),
+        "aria_cache_hit_starts_total{start=\"stored_latents\"} 1".to_string(),
+        "aria_cache_hit_starts_total{start=\"fitted_latents\"} 0".to_string(),
+        format!("aria_cache_start_step_total{{step=\"{start_step}\"}} 1"),
+    ] {
+        assert!(m.lines().any(|l| l == line), "`{line}` missing from:\n{m}");
+    }
+    srv.shutdown().await.unwrap();
+}
+
+/// The server's cache is bounded: with room for one entry, each admitted result evicts the
+/// older one, and `/metrics` counts the evictions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_warm_start_cache_evicts_beyond_its_capacity() {
+    let model = model_dir();
+    let dir = TempDir::new("serve-feat-evict");
+    let mut cfg = config(&dir, &model);
+    cfg.cache = Some(dir.join("cache").display().to_string());
+    assert_eq!(cfg.cache_capacity, aria_cache::manager::Capacity::DEFAULT);
+    cfg.cache_capacity = aria_cache::manager::Capacity::entries(1);
+    let srv = start(cfg).await.unwrap();
+    let a = srv.addr();
+    for (i, prompt) in ["dog barking", "church bells", "rain on a tin roof"]
+        .iter()
+        .enumerate()
+    {
+        let body =
+            json!({"prompt": prompt, "seconds": 1.0, "steps": 4, "seed": i, "warm_start": true});
+        let (_, v) = audio(a, body).await;
+        let ws = &v["timings"]["stages"]["warm_start"];
+        assert_eq!(ws["evicted"], u64::from(i > 0), "{v}");
+    }
+    let m = String::from_utf8(get(a, "/metrics").await.body).unwrap();
+    assert!(
+        m.lines().any(|l| l == "aria_cache_evictions_total 2"),
+        "{m}"
     );
     srv.shutdown().await.unwrap();
 }

@@ -182,6 +182,15 @@ impl Generator for CacheGenerator<'_> {
         })
     }
 
+    /// The latents the duration covers (the schedule's length, before the padding).
+    fn latent_frames(&self, seconds: f64) -> Option<usize> {
+        Some(
+            self.pipe
+                .lengths(seconds, self.template.duration_padding_sec)
+                .effective,
+        )
+    }
+
     fn decode(&self, latents: &Tensor, req: &Request) -> Result<Audio, CacheError> {
         let mut noise = self.noise.source(req.seed);
         let a = self
@@ -219,6 +228,9 @@ impl Generator for Pipeline {
     }
     fn decode(&self, latents: &Tensor, req: &Request) -> Result<Audio, CacheError> {
         CacheGenerator::new(self).decode(latents, req)
+    }
+    fn latent_frames(&self, seconds: f64) -> Option<usize> {
+        CacheGenerator::new(self).latent_frames(seconds)
     }
 }
 

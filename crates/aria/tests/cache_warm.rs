@@ -1,7 +1,8 @@
 //! The warm-start cache driving the pipeline (feature `cache`), on the sa3-tiny fixture model:
 //! a warm start at step 0 through the whole cache path (lookup, selection, phase vocoder,
 //! encoder, forward noising) gives the bytes of a cold generation; later steps reuse stored
-//! latents for the same duration and stretched audio for another.
+//! latents for the same duration and stretched audio for another; with the default tolerance a
+//! close duration starts from the stored latents fitted to its frames, with no encode.
 #![cfg(feature = "cache")]
 #![allow(clippy::unwrap_used)]
 
@@ -61,9 +62,16 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
+/// A cache that fits stored latents only to equal durations (so a close one is stretched and
+/// encoded, the path the first test follows).
 fn cache(dir: &std::path::Path, skip: SkipPolicy) -> Cache {
+    cache_with(dir, skip, 0.0)
+}
+
+fn cache_with(dir: &std::path::Path, skip: SkipPolicy, latent_tolerance: f64) -> Cache {
     let cfg = CacheConfig {
         skip,
+        latent_tolerance,
         ..Default::default()
     };
     Cache::open(
@@ -135,4 +143,61 @@ fn warm_start_at_step_zero_through_the_cache_is_a_cold_generation() {
     let hit = c.get(w.reference.unwrap()).unwrap().unwrap();
     assert!(hit.hits >= 1 && hit.data.importance > 0.0, "{hit:?}");
     drop(c);
+}
+
+#[test]
+fn a_close_duration_starts_from_fitted_latents_with_the_bits_of_that_warm_start() {
+    let Some(pipe) = pipeline() else { return };
+    let g = CacheGenerator::with_template(&pipe, template(), SeedGenerator::Torch);
+    let dir = aria_testing::TempDir::new("cache-fit");
+    let mut c = cache_with(
+        &dir,
+        SkipPolicy::Steps(2),
+        aria_cache::warm::LATENT_TOLERANCE,
+    );
+    let first = c
+        .generate(&g, &Request::new("soft rain on a window", 0.5, 4, 9))
+        .unwrap();
+    let id = first.admitted.unwrap();
+    let stored = c.get(id).unwrap().unwrap().data.latents.unwrap();
+
+    // 0.6 s against the 0.5 s entry (rate 0.83): its latents fitted, two steps from step 2.
+    let req = Request::new("soft rain on the window", 0.6, 4, 11);
+    let w = c.generate(&g, &req).unwrap();
+    assert_eq!(w.reference, Some(id));
+    assert!(
+        matches!(w.alignment, Some(Alignment::FittedLatents { rate }) if (rate - 0.5 / 0.6).abs() < 1e-9),
+        "{:?}",
+        w.alignment
+    );
+    assert_eq!(w.overhead.encode, std::time::Duration::ZERO);
+    assert_eq!((w.start_step, w.steps_run), (2, 2));
+
+    // The generator run from those fitted latents at step 2 gives the same bits.
+    let frames = g.latent_frames(0.5).unwrap();
+    let shape = g.latent_shape(&req).unwrap();
+    assert!(
+        frames >= 1 && frames <= stored.shape[2],
+        "{frames} of {:?}",
+        stored.shape
+    );
+    let x =
+        aria_cache::warm::fit_frames("entry", &stored.data, &stored.shape, frames, &shape).unwrap();
+    let direct = g
+        .generate(
+            &req,
+            Some(&aria_cache::WarmLatents {
+                latents: x,
+                start_step: 2,
+            }),
+        )
+        .unwrap();
+    assert_eq!(
+        bits(&w.generation.latents.to_vec_f32().unwrap()),
+        bits(&direct.latents.to_vec_f32().unwrap())
+    );
+    assert_eq!(
+        bits(&w.generation.audio.samples),
+        bits(&direct.audio.samples)
+    );
 }

@@ -52,7 +52,7 @@ use crate::{CacheError, Result};
 
 const HOUR_MS: f64 = 3_600_000.0;
 
-/// Bounds of the cache (`None`: unbounded).
+/// Bounds of the cache (`None`: unbounded; `Default` is [`Capacity::UNBOUNDED`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Capacity {
     /// At most this many entries.
@@ -62,6 +62,20 @@ pub struct Capacity {
 }
 
 impl Capacity {
+    /// The bounds a cache has unless told otherwise ([`crate::CacheConfig::default`], `aria
+    /// generate --cache`, `aria serve --cache`): 1 000 entries (the paper's cache size) and
+    /// 4 GiB of payload (a 10 s stereo clip at 44.1 kHz is 3.5 MB of f32 audio).
+    pub const DEFAULT: Capacity = Capacity {
+        max_entries: Some(1000),
+        max_bytes: Some(4 << 30),
+    };
+
+    /// No bound.
+    pub const UNBOUNDED: Capacity = Capacity {
+        max_entries: None,
+        max_bytes: None,
+    };
+
     /// At most `n` entries.
     pub fn entries(n: usize) -> Capacity {
         Capacity {
