@@ -368,13 +368,16 @@ pub fn run(a: &CacheArgs, cx: &Ctx) -> Result<()> {
     let spec = store_spec(a.cache.as_deref())?;
     match &a.cmd {
         CacheCmd::Stats => {
-            let s = store::open(&spec).map_err(cerr)?.stats().map_err(cerr)?;
+            let st = store::open(&spec).map_err(cerr)?;
+            let s = st.stats().map_err(cerr)?;
+            let counters = st.counters().map_err(cerr)?;
             if cx.json {
                 crate::print_json(&json!({
                     "command": "cache stats", "cache": spec, "entries": s.entries,
                     "with_audio": s.with_audio, "with_latents": s.with_latents, "hits": s.hits,
                     "payload_bytes": s.payload_bytes, "seconds": s.seconds,
                     "embedders": s.embedders.iter().map(|(n, c)| json!({"name": n, "entries": c})).collect::<Vec<_>>(),
+                    "counters": counters,
                 }));
             } else {
                 println!("cache: {spec}");
@@ -390,6 +393,7 @@ pub fn run(a: &CacheArgs, cx: &Ctx) -> Result<()> {
                 for (n, c) in &s.embedders {
                     println!("embedder {n}: {c} entries");
                 }
+                print_counters(&counters);
             }
         }
         CacheCmd::List => {
@@ -462,6 +466,44 @@ pub fn run(a: &CacheArgs, cx: &Ctx) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The store's counters as `aria cache stats` prints them.
+fn print_counters(n: &std::collections::BTreeMap<String, u64>) {
+    use aria_cache::cache::counter;
+    if n.is_empty() {
+        return;
+    }
+    let get = |k: &str| n.get(k).copied().unwrap_or(0);
+    let hits = get(counter::HITS);
+    println!(
+        "requests: {}, hits: {hits} ({} from stored latents, {} from fitted latents, {} stretched \
+         and encoded), steps skipped: {}",
+        get(counter::REQUESTS),
+        get(counter::STORED_LATENTS),
+        get(counter::FITTED_LATENTS),
+        get(counter::STRETCHED_AUDIO),
+        get(counter::SKIPPED_STEPS)
+    );
+    println!(
+        "admitted: {}, evicted: {}, refinement attempts: {} ({} entries replaced)",
+        get(counter::ADMITTED),
+        get(counter::EVICTED),
+        get(counter::REFINE_ATTEMPTS),
+        get(counter::REFINE_REPLACED)
+    );
+    let mut starts: Vec<(usize, u64)> = n
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix(counter::START_STEP)?.parse().ok()?, *v)))
+        .collect();
+    starts.sort_unstable();
+    if !starts.is_empty() {
+        let s: Vec<String> = starts
+            .iter()
+            .map(|(k, v)| format!("step {k}: {v}"))
+            .collect();
+        println!("hits by start step: {}", s.join(", "));
+    }
 }
 
 #[cfg(test)]

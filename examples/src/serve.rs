@@ -61,6 +61,10 @@ pub struct ServeArgs {
     /// fixed fraction of the steps.
     #[arg(long, default_value = "gated", value_parser = crate::cache::parse_skip)]
     pub cache_skip: crate::cache::SkipArg,
+    /// Do not run the cache's refinement worker (by default it regenerates reused entries of
+    /// low quality, best of 3, in at most 10 % of the time, requests first).
+    #[arg(long)]
+    pub cache_no_refine: bool,
     /// This worker's id in the store (default: one unique to the process, HOST-PID-RANDOM).
     /// A start with an id another live process holds is refused; restarted with the same id
     /// after a crash, a process takes back the jobs it held, each attempt counting.
@@ -146,6 +150,7 @@ pub fn run(a: &ServeArgs, cx: &Ctx) -> Result<()> {
         cache: a.cache.clone(),
         cache_capacity: crate::cache::capacity(a.cache_max_entries, a.cache_max_bytes),
         cache_skip: a.cache_skip.policy(),
+        cache_refine: (!a.cache_no_refine).then(aria_cache::manager::RefineConfig::default),
         drain_timeout: Duration::from_secs_f64(a.drain),
         lease: Duration::from_secs_f64(a.lease),
         max_attempts: a.max_attempts,

@@ -827,3 +827,71 @@ fn verbose_and_stream_json() {
     );
     assert_one_line_error(&out, "--json needs -o FILE");
 }
+
+/// `--cache` with a capacity of one entry: the second result evicts the first, and `aria cache
+/// stats` prints the store's counters (text and JSON).
+#[test]
+fn cache_capacity_flags_and_stats_counters() {
+    let m = model();
+    let dir = TempDir::new("cli-cache");
+    let cache = dir.join("warm");
+    let (model, cache_s) = (m.to_str().unwrap(), cache.to_str().unwrap());
+    for (i, prompt) in ["soft rain", "church bells far away"].iter().enumerate() {
+        let out = dir.join(format!("{i}.wav"));
+        let o = out.to_str().unwrap();
+        let r = aria(
+            &[
+                "generate",
+                "--quiet",
+                "--model",
+                model,
+                "--prompt",
+                prompt,
+                "--seconds",
+                "1",
+                "--seed",
+                "1",
+                "-o",
+                o,
+                "--cache",
+                cache_s,
+                "--cache-embedder",
+                "t5gemma",
+                "--cache-max-entries",
+                "1",
+            ],
+            dir.path(),
+        );
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    }
+    let r = aria(&["cache", "stats", "--cache", cache_s], dir.path());
+    let text = String::from_utf8_lossy(&r.stdout);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(text.contains("entries: 1 "), "{text}");
+    assert!(text.contains("requests: 2, hits: "), "{text}");
+    assert!(text.contains("admitted: 2, evicted: 1,"), "{text}");
+    let r = aria(
+        &["cache", "stats", "--json", "--cache", cache_s],
+        dir.path(),
+    );
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!(v["counters"]["requests"], 2, "{v}");
+    assert_eq!(v["counters"]["evicted"], 1, "{v}");
+    let r = aria(
+        &[
+            "generate",
+            "--model",
+            model,
+            "-p",
+            "x",
+            "--cache-max-bytes",
+            "4X",
+        ],
+        dir.path(),
+    );
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        !r.status.success() && err.contains("--cache-max-bytes"),
+        "{err}"
+    );
+}

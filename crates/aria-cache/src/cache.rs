@@ -29,6 +29,35 @@ use crate::store::{now_ms, Audio, Change, Entry, NewEntry, Store, StoreStats, St
 use crate::warm::{self, Alignment, Generation, Generator, Request, SkipPolicy, WarmLatents};
 use crate::{CacheError, Embedder, Result};
 
+/// Names of the counters the cache keeps in its store ([`Store::add_counters`],
+/// [`Store::counters`]): totals over every process that served through the store, kept across
+/// restarts (and across [`Cache::clear`]).
+pub mod counter {
+    /// Requests served through [`super::Cache::generate`].
+    pub const REQUESTS: &str = "requests";
+    /// Of those, hits (a cached reference was used).
+    pub const HITS: &str = "hits";
+    /// Hits that started from the reference's stored latents as they were.
+    pub const STORED_LATENTS: &str = "hits.stored_latents";
+    /// Hits that started from its stored latents cropped or tiled (no encode).
+    pub const FITTED_LATENTS: &str = "hits.fitted_latents";
+    /// Hits whose reference audio was stretched and encoded.
+    pub const STRETCHED_AUDIO: &str = "hits.stretched_audio";
+    /// Sampler steps the hits skipped.
+    pub const SKIPPED_STEPS: &str = "skipped_steps";
+    /// Results added.
+    pub const ADMITTED: &str = "admitted";
+    /// Entries evicted to keep within the capacity.
+    pub const EVICTED: &str = "evicted";
+    /// Prefix of the hits that started at step `k` (`start_step.k`): the skip gater's choices,
+    /// or the fixed policy's.
+    pub const START_STEP: &str = "start_step.";
+    /// Refinement attempts ([`crate::manager::Refiner`]).
+    pub const REFINE_ATTEMPTS: &str = "refine.attempts";
+    /// Entries a refinement replaced.
+    pub const REFINE_REPLACED: &str = "refine.replaced";
+}
+
 /// Which vector index the cache searches.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub enum IndexKind {
@@ -345,6 +374,12 @@ impl Cache {
         self.embedder.as_ref()
     }
 
+    /// The embedder, shared (e.g. with a [`manager::Refiner`], whose embeddings must match the
+    /// index).
+    pub fn embedder_arc(&self) -> Arc<dyn Embedder> {
+        self.embedder.clone()
+    }
+
     /// Entries in the index.
     pub fn len(&self) -> usize {
         self.index.len()
@@ -378,6 +413,14 @@ impl Cache {
             self.embedder.embed_texts(&[req.prompt.as_str()])?,
             self.embedder.name(),
         )?;
+        // s_neg (eq. 1–2) against the request's negative prompt when it has one, else against
+        // the default "low quality".
+        let negative = match req.negative_prompt.as_deref().map(str::trim) {
+            Some(n) if !n.is_empty() => {
+                one(self.embedder.embed_texts(&[n])?, self.embedder.name())?
+            }
+            _ => self.negative.clone(),
+        };
         o.embed = t0.elapsed();
         let t0 = Instant::now();
         let hits = self.index.search(&query, self.cfg.selector.top_k)?;
@@ -387,7 +430,7 @@ impl Cache {
             .iter()
             .filter_map(|h| {
                 let v = self.vectors.get(&h.id)?;
-                let s_neg = v.iter().zip(&self.negative).map(|(a, b)| a * b).sum();
+                let s_neg = v.iter().zip(&negative).map(|(a, b)| a * b).sum();
                 Some(Candidate {
                     id: h.id,
                     s_pos: h.score,
@@ -474,6 +517,22 @@ impl Cache {
             None
         };
         o.admit = t0.elapsed();
+        let start_key = format!("{}{start_step}", counter::START_STEP);
+        let how = match alignment {
+            Some(Alignment::StoredLatents) => counter::STORED_LATENTS,
+            Some(Alignment::FittedLatents { .. }) => counter::FITTED_LATENTS,
+            _ => counter::STRETCHED_AUDIO,
+        };
+        let hit = u64::from(reference.is_some());
+        self.store.add_counters(&[
+            (counter::REQUESTS, 1),
+            (counter::HITS, hit),
+            (how, hit),
+            (counter::SKIPPED_STEPS, hit * start_step as u64),
+            (&start_key, hit),
+            (counter::ADMITTED, u64::from(admitted.is_some())),
+            (counter::EVICTED, self.evicted.len() as u64),
+        ])?;
         Ok(Outcome {
             sigma: sigmas.get(start_step).copied().unwrap_or(1.0),
             steps_run: req.steps - start_step,

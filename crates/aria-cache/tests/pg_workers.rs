@@ -313,6 +313,32 @@ fn a_follower_cache_sees_admits_replacements_removals_and_clears() {
     s.drop_schema().unwrap();
 }
 
+/// Counters add up across connections and threads (each addition in the server).
+#[test]
+fn counters_add_up_across_connections() {
+    let Some(url) = pg_url() else { return };
+    let mut s = fresh(&url, "counters");
+    assert!(s.counters().unwrap().is_empty());
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                let mut s = PostgresStore::open_in_schema(&url, &schema("counters")).unwrap();
+                for _ in 0..25 {
+                    s.add_counters(&[("a", 1), ("b", 2)]).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    s.add_counters(&[("a", 0)]).unwrap();
+    let c = s.counters().unwrap();
+    assert_eq!((c.get("a"), c.get("b")), (Some(&100), Some(&200)));
+    s.drop_schema().unwrap();
+}
+
 #[test]
 fn state_blobs_round_trip() {
     let Some(url) = pg_url() else { return };

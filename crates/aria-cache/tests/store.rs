@@ -179,3 +179,38 @@ fn a_reopened_cache_has_the_same_entries_and_index() {
     let e = store::open("postgres://host/db").err().unwrap().to_string();
     assert!(e.contains("postgres"), "{e}");
 }
+
+/// Counters add up across connections and threads (each addition in the store), survive
+/// reopening and `clear`, and skip zero deltas.
+#[test]
+fn counters_add_up_across_connections_and_survive_reopening() {
+    let dir = TempDir::new("cache-counters");
+    let path = dir.join("c.sqlite");
+    let mut s = SqliteStore::open(&path).unwrap();
+    assert!(s.counters().unwrap().is_empty());
+    s.add_counters(&[("a", 0)]).unwrap();
+    assert!(
+        s.counters().unwrap().is_empty(),
+        "a zero delta writes nothing"
+    );
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let mut s = SqliteStore::open(&path).unwrap();
+                for _ in 0..25 {
+                    s.add_counters(&[("a", 1), ("b", 2)]).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    s.clear().unwrap();
+    drop(s);
+    let s = SqliteStore::open(&path).unwrap();
+    let c = s.counters().unwrap();
+    assert_eq!(c.get("a"), Some(&100));
+    assert_eq!(c.get("b"), Some(&200));
+}

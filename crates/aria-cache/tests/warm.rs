@@ -313,6 +313,57 @@ fn close_durations_start_from_fitted_latents_without_an_encode() {
     }
 }
 
+/// The store's counters follow what the cache did: requests, hits by how they started, the
+/// steps skipped and the start steps, admissions.
+#[test]
+fn the_store_counts_requests_hits_and_starts() {
+    use aria_cache::cache::counter;
+    let dir = TempDir::new("cache-count");
+    let g = Mock::default();
+    let mut c = open(&dir, SkipPolicy::Fraction(0.5));
+    for (p, secs) in [
+        ("rain on a roof", 2.0),
+        ("rain again", 2.0),
+        ("rain later", 3.0),
+    ] {
+        c.generate(&g, &Request::new(p, secs, 8, 1)).unwrap();
+    }
+    let n = c.store().counters().unwrap();
+    let get = |k: &str| n.get(k).copied().unwrap_or(0);
+    assert_eq!(get(counter::REQUESTS), 3);
+    assert_eq!(get(counter::HITS), 2);
+    assert_eq!(get(counter::STORED_LATENTS), 1);
+    assert_eq!(get(counter::STRETCHED_AUDIO), 1);
+    assert_eq!(get(counter::FITTED_LATENTS), 0);
+    assert_eq!(get(counter::SKIPPED_STEPS), 8);
+    assert_eq!(get(&format!("{}4", counter::START_STEP)), 2);
+    assert_eq!(get(counter::ADMITTED), 3);
+    assert_eq!(get(counter::EVICTED), 0);
+}
+
+/// `s_neg` (eq. 1–2) is measured against the request's negative prompt when it has one, else
+/// against "low quality".
+#[test]
+fn s_neg_follows_the_requests_negative_prompt() {
+    let dir = TempDir::new("cache-neg");
+    let g = Mock::default();
+    let mut c = open(&dir, SkipPolicy::Fraction(0.5));
+    c.generate(&g, &Request::new("rain on a roof", 2.0, 8, 1))
+        .unwrap();
+    let plain = c.lookup(&Request::new("rain again", 2.0, 8, 2)).unwrap();
+    assert_eq!(plain.candidates.len(), 1);
+    assert_eq!(plain.candidates[0].s_neg, 0.0);
+    let mut req = Request::new("rain again", 2.0, 8, 2);
+    req.negative_prompt = Some("rain and thunder".into());
+    let neg = c.lookup(&req).unwrap();
+    assert_eq!(
+        neg.candidates[0].s_neg, 1.0,
+        "the entry is what the request avoids"
+    );
+    req.negative_prompt = Some("  ".into());
+    assert_eq!(c.lookup(&req).unwrap().candidates[0].s_neg, 0.0);
+}
+
 /// `fit_frames` crops, tiles per row, and refuses shapes that cannot fit.
 #[test]
 fn fit_frames_crops_and_tiles_each_row() {

@@ -122,6 +122,11 @@ pub struct ServeConfig {
     /// How many steps a cache hit skips (default: the skip gater, which learns from each
     /// result and keeps its state in the cache's store, shared by the workers).
     pub cache_skip: aria_cache::SkipPolicy,
+    /// The cache's refinement worker: entries reused but weak in quality are regenerated
+    /// within a share of the time, requests first (`None`: no refinement). Default
+    /// [`aria_cache::manager::RefineConfig::default`] (best of 3, at most 5 attempts an
+    /// entry, 10 % of the time).
+    pub cache_refine: Option<aria_cache::manager::RefineConfig>,
     /// This worker's id in the store. [`ServeConfig::demo`] (and `aria serve` without
     /// `--worker-id`) picks one unique to the process (`HOST-PID-RANDOM`). The id is
     /// registered in the store and renewed with the lease: a start with an id another live
@@ -180,6 +185,7 @@ impl ServeConfig {
             cache: None,
             cache_capacity: aria_cache::manager::Capacity::DEFAULT,
             cache_skip: aria_cache::SkipPolicy::Gated(Default::default()),
+            cache_refine: Some(aria_cache::manager::RefineConfig::default()),
             worker_id: crate::jobs::default_worker_id(),
             lease: Duration::from_secs(30),
             max_attempts: 3,

@@ -50,6 +50,9 @@ pub struct CacheMetrics {
     pub evictions: AtomicU64,
     /// Results admitted to the cache.
     pub admitted: AtomicU64,
+    /// The refinement worker's counters, as last read (attempts, generations, replaced
+    /// entries, errors).
+    refine: Mutex<[u64; 4]>,
     /// How many hits started at each step (the skip gater's choices, or the fixed policy's).
     start_steps: Mutex<std::collections::BTreeMap<usize, u64>>,
 }
@@ -81,8 +84,42 @@ impl CacheMetrics {
         }
     }
 
+    /// Takes the refinement worker's counters.
+    pub fn observe_refiner(&self, r: &aria_cache::manager::RefineStats) {
+        if let Ok(mut m) = self.refine.lock() {
+            *m = [r.attempts, r.generations, r.replaced, r.errors];
+        }
+    }
+
     fn render(&self, s: &mut String) {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        if let Ok(r) = self.refine.lock() {
+            for (i, (name, help)) in [
+                (
+                    "aria_cache_refine_attempts_total",
+                    "Refinement attempts on weak, reused entries.",
+                ),
+                (
+                    "aria_cache_refine_generations_total",
+                    "Generations the refinement worker ran.",
+                ),
+                (
+                    "aria_cache_refine_replaced_total",
+                    "Entries whose clip a refinement replaced.",
+                ),
+                (
+                    "aria_cache_refine_errors_total",
+                    "Errors the refinement worker met (it keeps going).",
+                ),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let _ = writeln!(s, "# HELP {name} {help}");
+                let _ = writeln!(s, "# TYPE {name} counter");
+                let _ = writeln!(s, "{name} {}", r[i]);
+            }
+        }
         for (name, help, v) in [
             (
                 "aria_cache_requests_total",

@@ -40,6 +40,8 @@ pub struct Worker {
     /// `(path, strength)` of the LoRAs loaded now.
     loras: Vec<(PathBuf, f32)>,
     cache: Option<aria_cache::Cache>,
+    /// The cache's refinement worker (with a cache and `ServeConfig::cache_refine`).
+    refiner: Option<aria_cache::manager::Refiner>,
     /// A test hook: the process aborts when it is about to run a job with this prompt (from
     /// the `ARIA_TEST_ABORT_ON_PROMPT` environment variable), as a job that crashes its
     /// worker would.
@@ -54,9 +56,16 @@ impl Worker {
     /// A worker for `pipe`; opens the warm-start cache when configured.
     pub fn new(shared: Arc<Shared>, pipe: Pipeline) -> crate::Result<Worker> {
         let pipe = Arc::new(RwLock::new(pipe));
-        let cache = match &shared.cfg.cache {
-            Some(spec) => Some(open_cache(spec, &shared.cfg, &pipe)?),
-            None => None,
+        let (cache, refiner) = match &shared.cfg.cache {
+            Some(spec) => {
+                let cache = open_cache(spec, &shared.cfg, &pipe)?;
+                let refiner = match &shared.cfg.cache_refine {
+                    Some(rc) => Some(spawn_refiner(spec, rc, &cache, &pipe)?),
+                    None => None,
+                };
+                (Some(cache), refiner)
+            }
+            None => (None, None),
         };
         Ok(Worker {
             shared,
@@ -64,6 +73,7 @@ impl Worker {
             identity: None,
             loras: Vec::new(),
             cache,
+            refiner,
             abort_on_prompt: std::env::var("ARIA_TEST_ABORT_ON_PROMPT")
                 .ok()
                 .filter(|p| !p.is_empty()),
@@ -166,11 +176,14 @@ impl Worker {
         }
         let heart = Heartbeat::start(s.clone(), items.iter().map(|i| i.rec.id.clone()).collect());
         let t0 = Instant::now();
+        // Requests first: the refinement worker starts no generation while a batch runs.
+        let guard = self.refiner.as_ref().map(|r| r.request());
         let result = if items[0].spec.warm_start {
             self.run_cached(&mut items)
         } else {
             self.run_pipeline(&mut items)
         };
+        drop(guard);
         heart.stop();
         s.metrics
             .observe_batch(items.len(), items[0].spec.steps, t0.elapsed().as_secs_f64());
@@ -490,6 +503,15 @@ impl Worker {
         let sp = &it.spec;
         let pipe = self.pipe.read().map_err(|_| "the model lock is poisoned")?;
         let cache = self.cache.as_mut().ok_or("no warm-start cache")?;
+        if let Some(r) = &self.refiner {
+            // Entries the refinement worker replaced since the last request.
+            for id in r.take_refined() {
+                cache
+                    .reload(id)
+                    .map_err(|e| format!("warm start: reloading refined entry {id}: {e}"))?;
+            }
+            self.shared.metrics.cache.observe_refiner(&r.stats());
+        }
         let mut template = GenerateRequest::new("", sp.seconds);
         template.steps = sp.steps;
         template.cfg_scale = sp.cfg;
@@ -607,6 +629,82 @@ fn open_cache(
         ..Default::default()
     };
     aria_cache::Cache::open(store, emb, cfg).map_err(cerr)
+}
+
+/// The worker's model as a [`aria_cache::Generator`] the refinement thread can own: each call
+/// takes the model's read lock and runs as [`aria::cache::CacheGenerator`] with the reference
+/// defaults.
+struct SharedGenerator(Arc<RwLock<Pipeline>>);
+
+impl SharedGenerator {
+    fn with<T>(&self, f: impl FnOnce(&Pipeline) -> aria_cache::Result<T>) -> aria_cache::Result<T> {
+        let p = self
+            .0
+            .read()
+            .map_err(|_| aria_cache::CacheError::Generator("the model lock is poisoned".into()))?;
+        f(&p)
+    }
+}
+
+impl aria_cache::Generator for SharedGenerator {
+    fn id(&self) -> String {
+        self.with(|p| Ok(aria_cache::Generator::id(p)))
+            .unwrap_or_default()
+    }
+    fn sample_rate(&self) -> u32 {
+        self.with(|p| Ok(p.sample_rate())).unwrap_or(44_100)
+    }
+    fn latent_shape(&self, req: &aria_cache::Request) -> aria_cache::Result<Vec<usize>> {
+        self.with(|p| p.latent_shape(req))
+    }
+    fn sigmas(&self, req: &aria_cache::Request) -> aria_cache::Result<Vec<f32>> {
+        self.with(|p| p.sigmas(req))
+    }
+    fn encode(
+        &self,
+        audio: &aria_cache::Audio,
+        req: &aria_cache::Request,
+    ) -> aria_cache::Result<aria_core::Tensor> {
+        self.with(|p| p.encode(audio, req))
+    }
+    fn generate(
+        &self,
+        req: &aria_cache::Request,
+        warm: Option<&aria_cache::WarmLatents>,
+    ) -> aria_cache::Result<aria_cache::Generation> {
+        self.with(|p| aria_cache::Generator::generate(p, req, warm))
+    }
+    fn decode(
+        &self,
+        latents: &aria_core::Tensor,
+        req: &aria_cache::Request,
+    ) -> aria_cache::Result<aria_cache::Audio> {
+        self.with(|p| p.decode(latents, req))
+    }
+    fn latent_frames(&self, seconds: f64) -> Option<usize> {
+        self.with(|p| Ok(p.latent_frames(seconds))).ok().flatten()
+    }
+}
+
+/// Starts the cache's refinement worker on its own connection to `spec`, scoring with the
+/// cache's embedder.
+fn spawn_refiner(
+    spec: &str,
+    cfg: &aria_cache::manager::RefineConfig,
+    cache: &aria_cache::Cache,
+    pipe: &Arc<RwLock<Pipeline>>,
+) -> crate::Result<aria_cache::manager::Refiner> {
+    let cerr = |e: aria_cache::CacheError| {
+        crate::ServeError::Config(format!("cache {spec}: refinement worker: {e}"))
+    };
+    let store = aria_cache::store::open(spec).map_err(cerr)?;
+    aria_cache::manager::Refiner::spawn(
+        store,
+        Arc::new(SharedGenerator(pipe.clone())),
+        cache.embedder_arc(),
+        cfg.clone(),
+    )
+    .map_err(cerr)
 }
 
 /// Renews the leases of a running batch and picks up cancels from the store.

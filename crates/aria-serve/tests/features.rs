@@ -353,6 +353,13 @@ async fn warm_start_reports_the_cache_hit() {
     ] {
         assert!(m.lines().any(|l| l == line), "`{line}` missing from:\n{m}");
     }
+    // The refinement worker runs (on by default) and its counters are exported.
+    for line in [
+        "# TYPE aria_cache_refine_attempts_total counter",
+        "# TYPE aria_cache_refine_replaced_total counter",
+    ] {
+        assert!(m.lines().any(|l| l == line), "`{line}` missing from:\n{m}");
+    }
     srv.shutdown().await.unwrap();
 }
 

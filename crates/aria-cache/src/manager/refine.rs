@@ -338,6 +338,8 @@ impl Worker {
         let blob = serde_json::to_vec(&attempts)
             .map_err(|e| CacheError::Store(format!("state `{ATTEMPTS_KEY}`: {e}")))?;
         self.store.put_state(ATTEMPTS_KEY, &blob)?;
+        self.store
+            .add_counters(&[(crate::cache::counter::REFINE_ATTEMPTS, 1)])?;
         self.shared.lock().stats.attempts += 1;
         match self.attempt(&entry, attempt) {
             Ok(()) => Ok(true),
@@ -429,6 +431,8 @@ impl Worker {
             return Err(Stop::Cancelled);
         }
         if self.store.replace(entry.id, &e)? {
+            self.store
+                .add_counters(&[(crate::cache::counter::REFINE_REPLACED, 1)])?;
             let mut s = self.shared.lock();
             s.stats.replaced += 1;
             s.refined.push(entry.id);

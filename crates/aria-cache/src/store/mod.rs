@@ -174,6 +174,17 @@ pub trait Store: Send {
             self.location()
         )))
     }
+    /// Adds each `(name, delta)` to the named counter in one transaction (a counter never added
+    /// to reads 0). Adders in several processes all count: the addition happens in the store.
+    /// The default counts nothing.
+    fn add_counters(&mut self, deltas: &[(&str, u64)]) -> Result<()> {
+        let _ = deltas;
+        Ok(())
+    }
+    /// Every counter, by name (empty for a store that does not count).
+    fn counters(&self) -> Result<std::collections::BTreeMap<String, u64>> {
+        Ok(Default::default())
+    }
     /// Replaces the clip of `id` (a refinement) in one transaction: every field of `e` but its
     /// importance (prompts, duration, audio, latents, embeddings, quality, steps, seed, origin);
     /// keeps the id, hits, importance and timestamps. `false` when `id` is absent.

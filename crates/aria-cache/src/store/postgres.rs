@@ -84,6 +84,10 @@ CREATE TABLE IF NOT EXISTS cache_state (
     value BYTEA NOT NULL,
     updated_ms BIGINT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS cache_counters (
+    key TEXT PRIMARY KEY,
+    value BIGINT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS cache_changes (
     version BIGINT PRIMARY KEY,
     kind TEXT NOT NULL CHECK (kind IN ('upsert', 'remove', 'clear')),
@@ -613,6 +617,39 @@ impl Store for PostgresStore {
             Ok(Some(()))
         })?;
         Ok(())
+    }
+
+    fn add_counters(&mut self, deltas: &[(&str, u64)]) -> Result<()> {
+        let deltas: Vec<(&str, i64)> = deltas
+            .iter()
+            .filter(|(_, d)| *d > 0)
+            .map(|(k, d)| (*k, i64::try_from(*d).unwrap_or(i64::MAX)))
+            .collect();
+        if deltas.is_empty() {
+            return Ok(());
+        }
+        self.tx(|t| {
+            for (k, d) in &deltas {
+                t.execute(
+                    "INSERT INTO cache_counters (key, value) VALUES ($1, $2) \
+                     ON CONFLICT (key) DO UPDATE SET value = cache_counters.value + EXCLUDED.value",
+                    &[k, d],
+                )?;
+            }
+            Ok(Some(()))
+        })?;
+        Ok(())
+    }
+
+    fn counters(&self) -> Result<std::collections::BTreeMap<String, u64>> {
+        let rows = self
+            .conn()?
+            .query("SELECT key, value FROM cache_counters ORDER BY key", &[])
+            .map_err(err)?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1).max(0) as u64))
+            .collect())
     }
 
     fn get_state(&self, key: &str) -> Result<Option<Vec<u8>>> {

@@ -52,6 +52,10 @@ CREATE TABLE IF NOT EXISTS state (
     key TEXT PRIMARY KEY,
     bytes BLOB NOT NULL
 );
+CREATE TABLE IF NOT EXISTS counters (
+    key TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
 ";
 
 /// Columns of [`Entry`] without the payload.
@@ -474,6 +478,43 @@ impl Store for SqliteStore {
             )
         })
         .map(|_| ())
+    }
+
+    fn add_counters(&mut self, deltas: &[(&str, u64)]) -> Result<()> {
+        let deltas: Vec<(&str, i64)> = deltas
+            .iter()
+            .filter(|(_, d)| *d > 0)
+            .map(|(k, d)| (*k, i64::try_from(*d).unwrap_or(i64::MAX)))
+            .collect();
+        if deltas.is_empty() {
+            return Ok(());
+        }
+        self.tx(|c| {
+            for (k, d) in &deltas {
+                c.execute(
+                    "INSERT INTO counters (key, value) VALUES (?1, ?2) \
+                     ON CONFLICT(key) DO UPDATE SET value = value + excluded.value",
+                    params![k, d],
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    fn counters(&self) -> Result<std::collections::BTreeMap<String, u64>> {
+        let mut st = self
+            .conn
+            .prepare("SELECT key, value FROM counters ORDER BY key")
+            .map_err(err)?;
+        let rows = st
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+            .map_err(err)?;
+        let mut out = std::collections::BTreeMap::new();
+        for r in rows {
+            let (k, v) = r.map_err(err)?;
+            out.insert(k, v.max(0) as u64);
+        }
+        Ok(out)
     }
 
     fn get_state(&self, key: &str) -> Result<Option<Vec<u8>>> {

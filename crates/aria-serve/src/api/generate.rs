@@ -136,8 +136,8 @@ async fn parse_multipart(
     Ok((body, uploads))
 }
 
-/// Sample rates an uploaded clip may have (Hz).
-pub(crate) const UPLOAD_RATES: std::ops::RangeInclusive<u32> = 1_000..=768_000;
+/// Sample rates an uploaded clip may have (Hz): those aria reads at all.
+pub(crate) const UPLOAD_RATES: std::ops::RangeInclusive<u32> = aria::audio::SAMPLE_RATES;
 
 /// The request field of a saved upload (`inputs/<id>.<part>[.safetensors]`).
 fn field_of(name: &str) -> String {
@@ -176,8 +176,13 @@ fn save_inputs(s: &Shared, saved: &SavedInputs) -> Result<(), ApiError> {
             })?;
             continue;
         }
-        let clip = aria::audio::read_audio(&path).map_err(|_| {
-            ApiError::invalid(&field, format!("{field}: not a readable audio file"))
+        let clip = aria::audio::read_audio(&path).map_err(|e| {
+            // The reason without the server's path (the path is a field of the error).
+            let why = match e {
+                aria_codec::CodecError::Audio { reason, .. } => format!(": {reason}"),
+                _ => String::new(),
+            };
+            ApiError::invalid(&field, format!("{field}: not a readable audio file{why}"))
         })?;
         if !UPLOAD_RATES.contains(&clip.sample_rate) {
             return Err(ApiError::invalid(
