@@ -17,6 +17,8 @@
 //! `target/bench-models/`; `cargo xtask synth-model --preset small-music --dtype f32 --out DIR`
 //! makes the real-shape one), `--requests N` (default 120), `--steps N` (8), `--skip F` (0.5),
 //! `--zipf S` (1.1), `--seconds LO,HI` (2,8), `--cold-every K` (10), `--seed N` (0),
+//! `--cfg SCALE` (classifier-free guidance, e.g. 7 with `--steps 50` for a `-base`
+//! configuration; default the model's), `--precision P` (the DiT's, as `aria generate`),
 //! `--embedder minilm|t5gemma` (default: MiniLM when `scripts/fetch-minilm.sh` has fetched it,
 //! else the model's own T5Gemma conditioning, mean-pooled), `--texts FILE`, `--cache DIR`
 //! (default: a fresh folder under the system temp dir, removed afterwards), `--skip gated` (the
@@ -56,6 +58,10 @@ struct Opts {
     embedder: Option<String>,
     cache: Option<PathBuf>,
     gated: bool,
+    /// Classifier-free guidance scale (`--cfg`; the model's default when absent).
+    cfg: Option<f32>,
+    /// DiT precision (`--precision`, a `--precision` name of `aria generate`).
+    precision: Option<String>,
 }
 
 fn default_texts() -> PathBuf {
@@ -82,6 +88,8 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         embedder: None,
         cache: None,
         gated: false,
+        cfg: None,
+        precision: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -108,6 +116,8 @@ fn parse(args: &[String]) -> Result<Opts, String> {
                 v => o.skip = num(v)? as f32,
             },
             "--zipf" => o.zipf = num(val()?)?,
+            "--cfg" => o.cfg = Some(num(val()?)? as f32),
+            "--precision" => o.precision = Some(val()?),
             "--seconds" => {
                 let v = val()?;
                 let (lo, hi) = v
@@ -221,8 +231,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
     };
     let files = resolve_model(&model.display().to_string(), &SearchPaths::default())
         .map_err(|e| e.to_string())?;
-    let pipe =
-        Arc::new(Pipeline::load(&files, &LoadOptions::default()).map_err(|e| e.to_string())?);
+    let load_opts = LoadOptions {
+        precision: o
+            .precision
+            .as_deref()
+            .map(aria::quant::WeightPrecision::parse)
+            .transpose()
+            .map_err(|e| format!("--precision: {e}"))?,
+        ..Default::default()
+    };
+    let pipe = Arc::new(Pipeline::load(&files, &load_opts).map_err(|e| e.to_string())?);
     let max = pipe.max_seconds();
     let trace: Vec<(String, f64)> = trace(&caps, &o)
         .into_iter()
@@ -250,7 +268,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
     if tmp {
         let _ = std::fs::remove_dir_all(&dir);
     }
-    let template = GenerateRequest::new("", 1.0);
+    let mut template = GenerateRequest::new("", 1.0);
+    if let Some(c) = o.cfg {
+        template.cfg_scale = c;
+    }
     let gen = CacheGenerator::with_template(&pipe, template, SeedGenerator::Aria);
     let cfg = CacheConfig {
         skip: if o.gated {
@@ -264,15 +285,21 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let st = store::open(&dir.display().to_string()).map_err(|e| e.to_string())?;
     let mut cache = Cache::open(st, emb.clone(), cfg).map_err(|e| e.to_string())?;
     eprintln!(
-        "replay: {} requests over {} captions (zipf {}), {}–{} s, {} steps, skip {}, \
-         embedder {}, model {}",
+        "replay: {} requests over {} captions (zipf {}), {}–{} s, {} steps, cfg {}, \
+         precision {}, skip {}, embedder {}, model {}",
         trace.len(),
         caps.len(),
         o.zipf,
         o.seconds.0,
         o.seconds.1,
         o.steps,
-        o.skip,
+        o.cfg.map_or("default".to_string(), |c| c.to_string()),
+        o.precision.as_deref().unwrap_or("as stored"),
+        if o.gated {
+            "gated".to_string()
+        } else {
+            o.skip.to_string()
+        },
         emb.name(),
         files.dir.display()
     );

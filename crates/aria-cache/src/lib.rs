@@ -10,15 +10,22 @@
 //! 1. [`Embedder`] → prompt vector; the [`index`] returns the top-K entries;
 //! 2. [`select`]: the quality gate (eq. 1), the duration gate (eq. 2) and a seeded draw
 //!    `p ∝ exp(s_pos/τ)`;
-//! 3. [`warm::align`]: the entry's stored latents when its duration matches, else its audio
-//!    stretched by the phase [`vocoder`] and encoded by the [`Generator`];
+//! 3. [`warm::align_within`], latents first: the entry's stored latents when its duration
+//!    matches, cropped or tiled to the request's frames when it is within
+//!    [`CacheConfig::latent_tolerance`] (no encode), else its audio stretched by the phase
+//!    [`vocoder`] and encoded by the [`Generator`];
 //! 4. the generator noises `x̂₀` to the schedule's σ at the skip step (fixed, or chosen per
 //!    request by the [`gater`], a contextual bandit that learns from each result) and runs the
 //!    rest;
-//! 5. the reuse is recorded (importance) and the result admitted to the [`store`] (SQLite).
+//! 5. the reuse is recorded (importance), the result admitted to the [`store`] (SQLite or
+//!    PostgreSQL) and the least important entries evicted beyond the capacity
+//!    ([`manager::Capacity::DEFAULT`]: 1 000 entries, 4 GiB); the store counts what happened
+//!    ([`cache::counter`]).
 //!
-//! Without CLAP weights the similarity of a cached clip to a prompt is that of the prompt that
-//! made (or describes) the clip; an embedder with an audio side replaces it unchanged.
+//! With a CLAP embedder (`embed::ClapEmbedder`) an entry is indexed by its audio's embedding, so
+//! `s_pos` and `s_neg` compare the clip's sound with the prompt and the negative prompt (eq. 1–2).
+//! Without it the similarity of a cached clip to a prompt is that of the prompt that made (or
+//! describes) the clip.
 //! `aria::cache` (the `aria` crate's `cache` feature) implements [`Generator`] for its pipeline.
 //!
 //! The index on its own (any unit vectors; here three tiny hand-made ones):

@@ -101,6 +101,10 @@ impl SqliteStore {
         }
         let conn = Connection::open(&path)
             .map_err(|e| CacheError::Store(format!("{}: {e}", path.display())))?;
+        // Wait for other connections' locks (several processes and threads open one store at
+        // once) from the first statement on: switching to WAL takes an exclusive lock.
+        conn.busy_timeout(std::time::Duration::from_millis(5000))
+            .map_err(err)?;
         let mode: String = conn
             .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
             .map_err(err)?;
@@ -153,7 +157,13 @@ impl SqliteStore {
 
     /// Runs `f` in one transaction (committed when it succeeds, rolled back otherwise).
     fn tx<T>(&mut self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
-        let t = self.conn.transaction().map_err(err)?;
+        // Every transaction here writes: take the write lock when it begins (waiting for it
+        // under the busy timeout) rather than upgrading a read lock later, which SQLite refuses
+        // at once with "database is locked" when another writer holds it.
+        let t = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(err)?;
         let v = f(&t).map_err(err)?;
         t.commit().map_err(err)?;
         Ok(v)
