@@ -42,8 +42,9 @@ use spectrum::{MelBank, Stft};
 
 /// The longest clip accepted, in seconds (one hour).
 pub const MAX_SECONDS: u32 = 3600;
-/// The lowest sample rate accepted, in Hz.
-pub const MIN_SAMPLE_RATE: u32 = 1000;
+/// The lowest sample rate accepted, in Hz: the lowest that aria reads and resamples
+/// (`aria_codec::audio::SAMPLE_RATES`).
+pub const MIN_SAMPLE_RATE: u32 = *aria_codec::audio::SAMPLE_RATES.start();
 /// The highest sample rate accepted, in Hz.
 pub const MAX_SAMPLE_RATE: u32 = 384_000;
 

@@ -21,7 +21,7 @@ pub fn prepare(samples: &[f32], channels: usize, sample_rate: u32) -> Result<Vec
 ///
 /// Errors ([`ClapError::Audio`], naming the property and the value), all before anything
 /// clip-sized is allocated: no samples; `channels` 0 or not dividing the sample count; a rate
-/// outside 1 000..=384 000 Hz; a clip over [`MAX_SECONDS`]; a sample that is not finite.
+/// outside [`MIN_SAMPLE_RATE`]..=[`MAX_SAMPLE_RATE`] (4 000..=384 000 Hz); a clip over [`MAX_SECONDS`]; a sample that is not finite.
 pub fn prepare_at(
     samples: &[f32],
     channels: usize,
