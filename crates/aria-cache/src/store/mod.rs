@@ -300,3 +300,13 @@ pub fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
 }
+
+/// The non-zero `(name, delta)` pairs of [`Store::add_counters`] as SQL integers (a delta beyond
+/// `i64::MAX` saturates).
+pub(crate) fn counter_deltas<'a>(deltas: &[(&'a str, u64)]) -> Vec<(&'a str, i64)> {
+    deltas
+        .iter()
+        .filter(|(_, d)| *d > 0)
+        .map(|(k, d)| (*k, i64::try_from(*d).unwrap_or(i64::MAX)))
+        .collect()
+}

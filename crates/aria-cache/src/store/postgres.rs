@@ -620,11 +620,7 @@ impl Store for PostgresStore {
     }
 
     fn add_counters(&mut self, deltas: &[(&str, u64)]) -> Result<()> {
-        let deltas: Vec<(&str, i64)> = deltas
-            .iter()
-            .filter(|(_, d)| *d > 0)
-            .map(|(k, d)| (*k, i64::try_from(*d).unwrap_or(i64::MAX)))
-            .collect();
+        let deltas = super::counter_deltas(deltas);
         if deltas.is_empty() {
             return Ok(());
         }
