@@ -40,9 +40,9 @@ pub struct CacheOpts {
     /// folder). A close cached clip starts the generation; the result is added.
     #[arg(long, value_name = "DIR|URL")]
     pub cache: Option<String>,
-    /// Steps a cache hit skips: a fraction of the steps, or `gated` (the skip gater decides
-    /// per request, learns from each result and is saved with the cache).
-    #[arg(long, default_value = "0.5", value_parser = parse_skip)]
+    /// Steps a cache hit skips: `gated` (the skip gater decides per request, learns from each
+    /// result and is saved with the cache) or a fixed fraction of the steps, e.g. 0.5.
+    #[arg(long, default_value = "gated", value_parser = parse_skip)]
     pub cache_skip: SkipArg,
     /// Prompt embedder of the cache.
     #[arg(long, value_enum, default_value_t = EmbedderKind::Auto)]
@@ -478,11 +478,12 @@ fn print_counters(n: &std::collections::BTreeMap<String, u64>) {
     let hits = get(counter::HITS);
     println!(
         "requests: {}, hits: {hits} ({} from stored latents, {} from fitted latents, {} stretched \
-         and encoded), steps skipped: {}",
+         and encoded; {} from a segment of a longer clip), steps skipped: {}",
         get(counter::REQUESTS),
         get(counter::STORED_LATENTS),
         get(counter::FITTED_LATENTS),
         get(counter::STRETCHED_AUDIO),
+        get(counter::SEGMENT),
         get(counter::SKIPPED_STEPS)
     );
     println!(

@@ -420,6 +420,7 @@ fn precision_json(pipe: &aria::Pipeline) -> Value {
         "dit": q.precision.name(),
         "w8a8": q.w8a8,
         "decoder": q.decoder_kinds,
+        "encoder": q.encoder_kinds,
         "text": format!("{:?}", pipe.text().prompt().encoder().precision()),
     })
 }

@@ -8,10 +8,15 @@
 //! through [`aria_cache::Cache::generate`] with a fixed skip (`--skip`, a fraction of the steps)
 //! on an empty cache that admits every result.
 //!
-//! Reported: hit rate, steps skipped, the cache's per-request overhead (embedding, search,
-//! selection, fetch, vocoder and encoder) against one DiT step, and the end-to-end latency of
-//! the warm path against cold generations of the same requests: every hit, and every K-th
-//! request (`--cold-every K`).
+//! Reported: hit rate, latent reuse, steps skipped and the hits by start step (the skip
+//! distribution), hits from a segment of a longer clip (the pyramid index, with an audio
+//! embedder), the cache's per-request overhead (embedding, search, selection, fetch, vocoder and
+//! encoder) against one DiT step, and the end-to-end latency of the warm path against cold
+//! generations of the same requests: every hit, and every K-th request (`--cold-every K`).
+//! With CLAP (`--clap DIR`, or `ARIA_CLAP`), every request's CLAP score (prompt against output)
+//! of the warm output and of the cold one where it ran, and their means over the hits. Then
+//! the manager's eviction replay at the paper's capacity of 1 000 entries (10 000 requests, a
+//! stand-in generator; `--no-eviction` skips it).
 //!
 //! Options: `--model DIR` (default: the random tiny preset written once under
 //! `target/bench-models/`; `cargo xtask synth-model --preset small-music --dtype f32 --out DIR`
@@ -19,8 +24,10 @@
 //! `--zipf S` (1.1), `--seconds LO,HI` (2,8), `--cold-every K` (10), `--seed N` (0),
 //! `--cfg SCALE` (classifier-free guidance, e.g. 7 with `--steps 50` for a `-base`
 //! configuration; default the model's), `--precision P` (the DiT's, as `aria generate`),
-//! `--embedder minilm|t5gemma` (default: MiniLM when `scripts/fetch-minilm.sh` has fetched it,
-//! else the model's own T5Gemma conditioning, mean-pooled), `--texts FILE`, `--cache DIR`
+//! `--embedder clap|minilm|t5gemma` (default: MiniLM when `scripts/fetch-minilm.sh` has fetched
+//! it, else the model's own T5Gemma conditioning, mean-pooled; `clap` selects on audio and
+//! indexes segments), `--clap DIR` (a CLAP checkpoint; `cargo xtask synth-model --clap
+//! htsat-unfused --out DIR` writes a random real-shape one), `--texts FILE`, `--cache DIR`
 //! (default: a fresh folder under the system temp dir, removed afterwards), `--skip gated` (the
 //! skip gater decides each hit's skip and learns from it; the mean steps skipped per hit and its
 //! time are reported), `--gater-only` (only the simulator table below, no model),
@@ -41,7 +48,7 @@ use aria::discover::{resolve_model, SearchPaths};
 use aria::noise::SeedGenerator;
 use aria::pipeline::{GenerateRequest, LoadOptions, Pipeline};
 use aria::synth::{self, Preset};
-use aria_cache::embed::MiniLm;
+use aria_cache::embed::{ClapEmbedder, MiniLm};
 use aria_cache::select::SplitMix64;
 use aria_cache::{store, Cache, CacheConfig, Embedder, Generator, Request, SkipPolicy};
 
@@ -62,6 +69,11 @@ struct Opts {
     cfg: Option<f32>,
     /// DiT precision (`--precision`, a `--precision` name of `aria generate`).
     precision: Option<String>,
+    /// CLAP checkpoint folder (`--clap`): the per-request CLAP scores of warm and cold outputs,
+    /// and the embedder of `--embedder clap`.
+    clap: Option<PathBuf>,
+    /// Skip the eviction replay at the paper's capacity (`--no-eviction`).
+    no_eviction: bool,
 }
 
 fn default_texts() -> PathBuf {
@@ -90,6 +102,8 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         gated: false,
         cfg: None,
         precision: None,
+        clap: None,
+        no_eviction: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -118,6 +132,8 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "--zipf" => o.zipf = num(val()?)?,
             "--cfg" => o.cfg = Some(num(val()?)? as f32),
             "--precision" => o.precision = Some(val()?),
+            "--clap" => o.clap = Some(PathBuf::from(val()?)),
+            "--no-eviction" => o.no_eviction = true,
             "--seconds" => {
                 let v = val()?;
                 let (lo, hi) = v
@@ -246,7 +262,20 @@ pub fn run(args: &[String]) -> Result<(), String> {
         .into_iter()
         .map(|(c, s)| (c, s.min(max)))
         .collect();
+    // CLAP: `--clap DIR`, else the checkpoint `ARIA_CLAP` names.
+    let clap: Option<Arc<ClapEmbedder>> = match &o.clap {
+        Some(d) => Some(Arc::new(
+            ClapEmbedder::load(d).map_err(|e| format!("--clap: {e}"))?,
+        )),
+        None => ClapEmbedder::from_env()
+            .map_err(|e| format!("ARIA_CLAP: {e}"))?
+            .map(Arc::new),
+    };
     let emb: Arc<dyn Embedder> = match o.embedder.as_deref() {
+        Some("clap") => match &clap {
+            Some(c) => c.clone(),
+            None => return Err("--embedder clap needs --clap DIR (or ARIA_CLAP)".into()),
+        },
         Some("minilm") => Arc::new(MiniLm::load_default().map_err(|e| e.to_string())?),
         Some("t5gemma") => Arc::new(t5gemma_embedder(pipe.clone())),
         None if MiniLm::locate().is_some() => {
@@ -259,7 +288,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
             );
             Arc::new(t5gemma_embedder(pipe.clone()))
         }
-        Some(other) => return Err(format!("unknown --embedder `{other}` (minilm, t5gemma)")),
+        Some(other) => {
+            return Err(format!(
+                "unknown --embedder `{other}` (clap, minilm, t5gemma)"
+            ))
+        }
     };
     let tmp = o.cache.is_none();
     let dir = o.cache.clone().unwrap_or_else(|| {
@@ -313,6 +346,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let (mut embed, mut search, mut select, mut voc, mut enc) =
         (vec![], vec![], vec![], vec![], vec![]);
     let mut gate = vec![];
+    let mut admit = vec![];
+    // Hits by start step, hits from a segment of a longer clip.
+    let mut starts: std::collections::BTreeMap<usize, usize> = Default::default();
+    let mut segments = 0usize;
+    let mut scores: Vec<ScoreRow> = vec![];
     let unique: HashSet<&str> = trace.iter().map(|(c, _)| c.as_str()).collect();
     for (t, (cap, secs)) in trace.iter().enumerate() {
         let req = Request::new(cap.clone(), *secs, o.steps, o.seed.wrapping_add(t as u64));
@@ -328,7 +366,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
         embed.push(ms(ov.embed));
         search.push(ms(ov.search));
         select.push(ms(ov.select));
+        admit.push(ms(ov.admit));
+        let how = match (out.reference, out.alignment) {
+            (None, _) => "cold",
+            (_, Some(aria_cache::warm::Alignment::StoredLatents)) => "stored",
+            (_, Some(aria_cache::warm::Alignment::FittedLatents { .. })) => "fitted",
+            _ => "stretched",
+        };
         if out.reference.is_some() {
+            *starts.entry(out.start_step).or_default() += 1;
+            segments += usize::from(out.segment.is_some());
             hits += 1;
             over_hit.push(ms(ov.before_generation()));
             voc.push(ms(ov.vocoder));
@@ -340,16 +387,37 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 _ => {}
             }
         }
+        let mut cold_score = None;
         if t % o.cold_every == 0 || out.reference.is_some() {
             let t0 = std::time::Instant::now();
-            gen.generate(&req, None).map_err(|e| e.to_string())?;
+            let c = gen.generate(&req, None).map_err(|e| e.to_string())?;
             let cold = ms(t0.elapsed());
+            if let Some(m) = &clap {
+                cold_score = Some(clap_score(m.as_ref(), cap, &c.audio)?);
+            }
             if out.reference.is_some() {
                 cold_hit.push(cold);
                 warm_hit.push(e2e);
             }
             cold_e2e.push(cold);
             warm_same.push(e2e);
+        }
+        if let Some(m) = &clap {
+            let warm = clap_score(m.as_ref(), cap, &out.generation.audio)?;
+            let how = if out.segment.is_some() {
+                "segment"
+            } else {
+                how
+            };
+            scores.push(ScoreRow {
+                t,
+                caption: cap.clone(),
+                seconds: *secs,
+                how,
+                step: out.start_step,
+                warm,
+                cold: cold_score,
+            });
         }
         if (t + 1) % 20 == 0 {
             eprintln!("  {} requests, {hits} hits", t + 1);
@@ -374,6 +442,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
         100.0 * skipped as f64 / total_steps.max(1) as f64
     );
     println!("one DiT step (median): {step:.2} ms");
+    println!(
+        "admission after the generation (mean, in the warm path's time): {:.2} ms",
+        mean(&admit)
+    );
     println!(
         "overhead per request (mean, ms): all {:.2} | hits {:.2} = {:.2} DiT steps | embed {:.2}, \
          search {:.3}, select {:.3}, vocoder {:.2} (hits), encode {:.2} (hits)",
@@ -402,6 +474,23 @@ pub fn run(args: &[String]) -> Result<(), String> {
         mean(&cold_hit),
         mean(&cold_hit) / mean(&warm_hit).max(1e-9)
     );
+    let dist: Vec<String> = starts
+        .iter()
+        .map(|(k, n)| format!("step {k}: {n}"))
+        .collect();
+    println!(
+        "hits by start step: {}; from a segment of a longer clip: {segments}",
+        if dist.is_empty() {
+            "none".to_string()
+        } else {
+            dist.join(", ")
+        }
+    );
+    if let Some(m) = &clap {
+        print_scores(m.name(), &scores);
+    } else {
+        println!("CLAP scores: not measured (give --clap DIR or set ARIA_CLAP)");
+    }
     if o.gated {
         println!(
             "skip gater in the replay: {:.2} steps skipped per hit (mean of {} hits); its time \
@@ -415,7 +504,89 @@ pub fn run(args: &[String]) -> Result<(), String> {
     if tmp {
         let _ = std::fs::remove_dir_all(&dir);
     }
+    if !o.no_eviction {
+        // The paper's cache size: admission, eviction and the cache path at 1 000 entries
+        // (a stand-in generator, so the replay is long enough to fill it).
+        eviction_report(&[
+            "--capacities".into(),
+            "1000".into(),
+            "--requests".into(),
+            "10000".into(),
+            "--seed".into(),
+            o.seed.to_string(),
+        ])?;
+    }
     gater_report()
+}
+
+/// The CLAP score of `audio` for `prompt`: the cosine of their CLAP embeddings.
+fn clap_score(m: &dyn Embedder, prompt: &str, audio: &aria_cache::Audio) -> Result<f32, String> {
+    let (ch, n) = (audio.channels, audio.frames());
+    let interleaved: Vec<f32> = (0..n * ch)
+        .map(|k| audio.samples[(k % ch) * n + k / ch])
+        .collect();
+    let a = m
+        .embed_audio(&interleaved, ch, audio.sample_rate)
+        .map_err(|e| e.to_string())?
+        .ok_or("the CLAP embedder has no audio side")?;
+    let t = m.embed_texts(&[prompt]).map_err(|e| e.to_string())?;
+    let t = t
+        .first()
+        .ok_or("the CLAP embedder returned no text vector")?;
+    Ok(a.iter().zip(t).map(|(x, y)| x * y).sum())
+}
+
+/// One request of the CLAP table.
+struct ScoreRow {
+    t: usize,
+    caption: String,
+    seconds: f64,
+    /// How it started: cold, stored, fitted, stretched or segment.
+    how: &'static str,
+    /// The start step.
+    step: usize,
+    /// CLAP score of the warm output.
+    warm: f32,
+    /// CLAP score of the cold output of the same request, when one ran.
+    cold: Option<f32>,
+}
+
+/// The per-request CLAP table and the means over the hits (warm against cold).
+fn print_scores(name: &str, rows: &[ScoreRow]) {
+    println!(
+        "CLAP scores ({name}; cosine of prompt and output; with random CLAP weights they say \
+         nothing about the music):"
+    );
+    println!("  req | seconds | start     | step | warm    | cold    | caption");
+    for r in rows {
+        let cap: String = r.caption.chars().take(48).collect();
+        println!(
+            "  {:>3} | {:>7.2} | {:<9} | {:>4} | {:>7.4} | {} | {cap}",
+            r.t,
+            r.seconds,
+            r.how,
+            r.step,
+            r.warm,
+            r.cold
+                .map_or("   —   ".to_string(), |c| format!("{c:>7.4}"))
+        );
+    }
+    let pairs: Vec<(f64, f64)> = rows
+        .iter()
+        .filter(|r| r.how != "cold")
+        .filter_map(|r| Some((f64::from(r.warm), f64::from(r.cold?))))
+        .collect();
+    if !pairs.is_empty() {
+        let w: Vec<f64> = pairs.iter().map(|p| p.0).collect();
+        let c: Vec<f64> = pairs.iter().map(|p| p.1).collect();
+        println!(
+            "  hits: mean CLAP score warm {:.4} vs cold {:.4} (difference {:+.4}, over {} hits)",
+            mean(&w),
+            mean(&c),
+            mean(&w) - mean(&c),
+            pairs.len()
+        );
+    }
 }
 
 /// The skip gater on its simulator (`aria_cache::gater::sim`): mean regret against the oracle

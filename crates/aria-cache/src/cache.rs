@@ -22,7 +22,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::index::{ExactIndex, IvfIndex, IvfParams, VectorIndex};
+use crate::index::{
+    ExactIndex, IvfIndex, IvfParams, PyramidIndex, PyramidParams, Segment, VectorIndex,
+};
 use crate::manager::{self, Manager, ManagerConfig};
 use crate::select::{self, Candidate, SelectorConfig, SplitMix64, NEGATIVE_PROMPT};
 use crate::store::{now_ms, Audio, Change, Entry, NewEntry, Store, StoreStats, StoredLatents};
@@ -49,6 +51,8 @@ pub mod counter {
     pub const ADMITTED: &str = "admitted";
     /// Entries evicted to keep within the capacity.
     pub const EVICTED: &str = "evicted";
+    /// Hits whose reference was a segment of a longer cached clip (the pyramid index).
+    pub const SEGMENT: &str = "hits.segment";
     /// Prefix of the hits that started at step `k` (`start_step.k`): the skip gater's choices,
     /// or the fixed policy's.
     pub const START_STEP: &str = "start_step.";
@@ -57,6 +61,15 @@ pub mod counter {
     /// Entries a refinement replaced.
     pub const REFINE_REPLACED: &str = "refine.replaced";
 }
+
+/// The default pyramid of [`CacheConfig::segments`]: halves, quarters and eighths of a clip
+/// without overlap, none shorter than δ = 2 s (an 8 s clip: 2 + 4 segments; 30 s and longer: at
+/// most 2 + 4 + 8), so admitting a clip costs at most 14 more audio embeddings.
+pub const SEGMENTS: PyramidParams = PyramidParams {
+    min_seconds: 2.0,
+    hop_fraction: 1.0,
+    max_levels: 4,
+};
 
 /// Which vector index the cache searches.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -89,8 +102,20 @@ pub struct CacheConfig {
     /// `[1 / (1 + t), 1 + t]`. Beyond it the audio is stretched and encoded. 0: equal durations
     /// only. Default [`warm::LATENT_TOLERANCE`] (0.25).
     pub latent_tolerance: f64,
+    /// Whether a reference longer than the request starts from its stored latents cropped to
+    /// the request's frames (its first `L` seconds, at its own tempo; [`warm::align_fitting`])
+    /// at any ratio the duration gate admits, rather than being stretched and encoded beyond
+    /// the tolerance. Default `true`: only a reference shorter than `L / (1 + t)` pays the
+    /// vocoder and the encoder.
+    pub crop_longer: bool,
     /// The vector index.
     pub index: IndexKind,
+    /// The pyramid of segment embeddings ([`PyramidIndex`]; used with an embedder that has an
+    /// audio side): each admitted clip is also embedded in windows down to
+    /// [`PyramidParams::min_seconds`] (δ), and a segment of a longer clip can be the reference.
+    /// Each segment is one more audio embedding when a clip is admitted. `None`: whole clips
+    /// only. Default [`SEGMENTS`].
+    pub segments: Option<PyramidParams>,
     /// Importance, eviction and admission ([`crate::manager`]); `None`: every result is
     /// admitted and nothing is evicted. Default: every result admitted, evicting the least
     /// important entries beyond [`manager::Capacity::DEFAULT`] (1 000 entries, 4 GiB).
@@ -107,7 +132,9 @@ impl Default for CacheConfig {
             keep_audio: true,
             keep_latents: true,
             latent_tolerance: warm::LATENT_TOLERANCE,
+            crop_longer: true,
             index: IndexKind::Exact,
+            segments: Some(SEGMENTS),
             manager: Some(ManagerConfig {
                 capacity: manager::Capacity::DEFAULT,
                 ..Default::default()
@@ -162,6 +189,8 @@ pub struct Outcome {
     pub generation: Generation,
     /// The reference entry used, if any.
     pub reference: Option<u64>,
+    /// The part of it used, when a segment of the clip was the reference (pyramid level ≥ 1).
+    pub segment: Option<Segment>,
     /// How `x̂₀` was obtained.
     pub alignment: Option<Alignment>,
     /// The start step (0 for a cold generation).
@@ -187,6 +216,8 @@ pub struct Cache {
     vectors: BTreeMap<u64, Vec<f32>>,
     /// Durations of the indexed entries.
     durations: BTreeMap<u64, f64>,
+    /// Segment embeddings of the indexed entries ([`CacheConfig::segments`]).
+    pyramid: Option<PyramidIndex>,
     negative: Vec<f32>,
     rng: SplitMix64,
     cfg: CacheConfig,
@@ -265,6 +296,18 @@ impl Cache {
                 Box::new(IvfIndex::build(dim, &ids, &data, p)?)
             }
         };
+        let mut pyramid = match cfg.segments {
+            Some(p) => Some(PyramidIndex::new(dim, p)?),
+            None => None,
+        };
+        if let Some(px) = &mut pyramid {
+            for (id, row) in store.embeddings(&crate::segments::key(embedder.name()))? {
+                if vectors.contains_key(&id) {
+                    let what = format!("stored segment embeddings of entry {id}");
+                    px.add_segments(id, crate::segments::unpack(&what, dim, &row)?)?;
+                }
+            }
+        }
         let manager = match &cfg.manager {
             Some(m) => Some(Manager::open(m.clone(), store.as_ref())?),
             None => None,
@@ -279,6 +322,7 @@ impl Cache {
             index,
             vectors,
             durations,
+            pyramid,
             negative,
             cfg,
             synced,
@@ -315,38 +359,17 @@ impl Cache {
             }
         }
         if cleared {
-            for id in self.vectors.keys() {
-                self.index.remove(*id);
-            }
-            self.vectors.clear();
-            self.durations.clear();
+            self.unindex_all();
         }
-        let name = self.embedder.name().to_string();
         for (id, (present, upserts)) in last {
             // Only this cache's own insert: already indexed as it is.
             if present && upserts == 1 && !cleared && self.own.contains(&id) {
                 continue;
             }
-            let found = if present {
-                self.store.get(id)?.and_then(|e| {
-                    let seconds = e.data.seconds;
-                    e.data.embeddings.get(&name).map(|v| (seconds, v.clone()))
-                })
-            } else {
-                None
-            };
-            self.index.remove(id);
-            self.vectors.remove(&id);
-            self.durations.remove(&id);
-            if let Some((seconds, v)) = found {
-                crate::index::check_dim(
-                    &format!("stored embedding of entry {id}"),
-                    self.embedder.dim(),
-                    v.len(),
-                )?;
-                self.index.add(id, &v)?;
-                self.vectors.insert(id, v);
-                self.durations.insert(id, seconds);
+            let found = if present { self.store.get(id)? } else { None };
+            self.unindex(id);
+            if let Some(e) = found {
+                self.index_entry(&e)?;
             }
         }
         self.own.clear();
@@ -424,21 +447,40 @@ impl Cache {
         o.embed = t0.elapsed();
         let t0 = Instant::now();
         let hits = self.index.search(&query, self.cfg.selector.top_k)?;
+        // The best segment below the whole clip of the best clips of the pyramid.
+        let segment_hits = match &self.pyramid {
+            Some(px) if !px.is_empty() => px.search(&query, self.cfg.selector.top_k)?,
+            _ => Vec::new(),
+        };
         o.search = t0.elapsed();
         let t0 = Instant::now();
-        let candidates: Vec<Candidate> = hits
+        let dot = |v: &[f32]| -> f32 { v.iter().zip(&negative).map(|(a, b)| a * b).sum() };
+        let mut candidates: Vec<Candidate> = hits
             .iter()
             .filter_map(|h| {
                 let v = self.vectors.get(&h.id)?;
-                let s_neg = v.iter().zip(&negative).map(|(a, b)| a * b).sum();
                 Some(Candidate {
                     id: h.id,
                     s_pos: h.score,
-                    s_neg,
+                    s_neg: dot(v),
                     duration: self.durations.get(&h.id).copied().unwrap_or(0.0),
+                    segment: None,
                 })
             })
             .collect();
+        if let Some(px) = &self.pyramid {
+            candidates.extend(segment_hits.iter().filter_map(|h| {
+                let seg = h.segment;
+                let v = px.vector_of(seg.clip, seg.level, seg.start)?;
+                self.durations.contains_key(&seg.clip).then(|| Candidate {
+                    id: seg.clip,
+                    s_pos: h.score,
+                    s_neg: dot(v),
+                    duration: seg.seconds,
+                    segment: Some(seg),
+                })
+            }));
+        }
         let selection =
             select::select(&candidates, req.seconds, &self.cfg.selector, &mut self.rng)?;
         o.select = t0.elapsed();
@@ -464,6 +506,7 @@ impl Cache {
         let mut warm = None;
         let mut alignment = None;
         let mut reference = None;
+        let mut segment = None;
         let mut gated = None;
         if let Some(sel) = &look.selection {
             let id = sel.chosen().candidate.id;
@@ -481,8 +524,18 @@ impl Cache {
                 None => self.cfg.skip.start_step(req.steps),
             };
             // Step 0 still runs the whole warm path (σ = 1: the reference does not enter).
-            if let Some(entry) = entry {
-                let (x, a, t) = warm::align_within(g, &entry, req, self.cfg.latent_tolerance)?;
+            if let Some(mut entry) = entry {
+                segment = sel.chosen().candidate.segment;
+                if let Some(seg) = segment {
+                    entry = warm::segment_of(g, &entry, seg.start, seg.seconds)?;
+                }
+                let (x, a, t) = warm::align_fitting(
+                    g,
+                    &entry,
+                    req,
+                    self.cfg.latent_tolerance,
+                    self.cfg.crop_longer,
+                )?;
                 o.vocoder = t.vocoder;
                 o.encode = t.encode;
                 warm = Some(WarmLatents {
@@ -528,6 +581,7 @@ impl Cache {
             (counter::REQUESTS, 1),
             (counter::HITS, hit),
             (how, hit),
+            (counter::SEGMENT, u64::from(segment.is_some())),
             (counter::SKIPPED_STEPS, hit * start_step as u64),
             (&start_key, hit),
             (counter::ADMITTED, u64::from(admitted.is_some())),
@@ -538,6 +592,7 @@ impl Cache {
             steps_run: req.steps - start_step,
             generation,
             reference,
+            segment,
             alignment,
             start_step,
             admitted,
@@ -625,7 +680,7 @@ impl Cache {
         crate::index::check_dim("entry embedding", self.embedder.dim(), v.len())?;
         let s_neg: f32 = v.iter().zip(&self.negative).map(|(a, b)| a * b).sum();
         e.quality.insert(format!("s_neg:{name}"), s_neg);
-        e.embeddings.insert(name, v.clone());
+        e.embeddings.insert(name.clone(), v.clone());
         let now = now_ms();
         if let Some(m) = &self.manager {
             let p = query.as_deref().unwrap_or(&v);
@@ -635,12 +690,28 @@ impl Cache {
                 return Ok(None);
             }
         }
+        // The pyramid's segments below the whole clip, stored with the entry.
+        let segments = match &self.pyramid {
+            Some(px) if with_audio => {
+                crate::segments::embed(self.embedder.as_ref(), audio, px.params())?
+            }
+            _ => Vec::new(),
+        };
+        if !segments.is_empty() {
+            e.embeddings.insert(
+                crate::segments::key(&name),
+                crate::segments::pack(&segments),
+            );
+        }
         let seconds = e.seconds;
         let id = self.store.insert(&e)?;
         self.own.insert(id);
         self.index.add(id, &v)?;
         self.vectors.insert(id, v);
         self.durations.insert(id, seconds);
+        if let (Some(px), false) = (&mut self.pyramid, segments.is_empty()) {
+            px.add_segments(id, segments)?;
+        }
         if let Some(m) = &mut self.manager {
             m.on_insert(id, &e, now);
             for gone in m.evict(self.store.as_mut(), Some(id))? {
@@ -655,6 +726,9 @@ impl Cache {
         self.index.remove(id);
         self.vectors.remove(&id);
         self.durations.remove(&id);
+        if let Some(px) = &mut self.pyramid {
+            px.remove_clip(id);
+        }
     }
 
     /// The skip gater, with `SkipPolicy::Gated`.
@@ -676,7 +750,6 @@ impl Cache {
     /// through another connection): re-indexes its embedding, or drops it when gone. `false`
     /// when it is gone.
     pub fn reload(&mut self, id: u64) -> Result<bool> {
-        let name = self.embedder.name().to_string();
         self.unindex(id);
         let Some(e) = self.store.get(id)? else {
             if let Some(m) = &mut self.manager {
@@ -687,17 +760,46 @@ impl Cache {
         if let Some(m) = &mut self.manager {
             m.on_replace(id, &e.data);
         }
-        if let Some(v) = e.data.embeddings.get(&name) {
-            crate::index::check_dim(
-                &format!("stored embedding of entry {id}"),
-                self.embedder.dim(),
-                v.len(),
-            )?;
-            self.index.add(id, v)?;
-            self.vectors.insert(id, v.clone());
-            self.durations.insert(id, e.data.seconds);
-        }
+        self.index_entry(&e)?;
         Ok(true)
+    }
+
+    /// Indexes a stored entry's embedding of this embedder and its segment embeddings.
+    fn index_entry(&mut self, e: &Entry) -> Result<()> {
+        let (id, name, dim) = (e.id, self.embedder.name(), self.embedder.dim());
+        let Some(v) = e.data.embeddings.get(name) else {
+            return Ok(());
+        };
+        crate::index::check_dim(&format!("stored embedding of entry {id}"), dim, v.len())?;
+        let segments = match (
+            &self.pyramid,
+            e.data.embeddings.get(&crate::segments::key(name)),
+        ) {
+            (Some(_), Some(row)) => {
+                let what = format!("stored segment embeddings of entry {id}");
+                Some(crate::segments::unpack(&what, dim, row)?)
+            }
+            _ => None,
+        };
+        self.index.add(id, v)?;
+        self.vectors.insert(id, v.clone());
+        self.durations.insert(id, e.data.seconds);
+        if let (Some(px), Some(segs)) = (&mut self.pyramid, segments) {
+            px.add_segments(id, segs)?;
+        }
+        Ok(())
+    }
+
+    /// Drops every entry from the in-memory indexes.
+    fn unindex_all(&mut self) {
+        for id in self.vectors.keys() {
+            self.index.remove(*id);
+            if let Some(px) = &mut self.pyramid {
+                px.remove_clip(*id);
+            }
+        }
+        self.vectors.clear();
+        self.durations.clear();
     }
 
     /// Every entry without its payload.
@@ -713,11 +815,7 @@ impl Cache {
     /// Removes every entry.
     pub fn clear(&mut self) -> Result<u64> {
         let n = self.store.clear()?;
-        for id in self.vectors.keys() {
-            self.index.remove(*id);
-        }
-        self.vectors.clear();
-        self.durations.clear();
+        self.unindex_all();
         if let Some(m) = &mut self.manager {
             m.forget_all();
         }

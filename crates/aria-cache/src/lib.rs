@@ -7,9 +7,13 @@
 //!
 //! The path of one request ([`Cache::generate`]):
 //!
-//! 1. [`Embedder`] → prompt vector; the [`index`] returns the top-K entries;
+//! 1. [`Embedder`] → prompt vector; the [`index`] returns the top-K entries, and (with an
+//!    audio embedder) the pyramid of segment embeddings ([`index::PyramidIndex`],
+//!    [`CacheConfig::segments`]) the best segment below the whole clip of the top-K clips, so a
+//!    part of a longer clip can be the reference;
 //! 2. [`select`]: the quality gate (eq. 1), the duration gate (eq. 2) and a seeded draw
-//!    `p ∝ exp(s_pos/τ)`;
+//!    `p ∝ exp(s_pos/τ)`; a chosen segment is cut from its clip ([`warm::segment_of`]: its
+//!    audio, and its stored latents at latent-frame granularity);
 //! 3. [`warm::align_within`], latents first: the entry's stored latents when its duration
 //!    matches, cropped or tiled to the request's frames when it is within
 //!    [`CacheConfig::latent_tolerance`] (no encode), else its audio stretched by the phase
@@ -50,6 +54,7 @@ pub mod embed;
 pub mod gater;
 pub mod index;
 pub mod manager;
+mod segments;
 pub mod select;
 pub mod store;
 pub mod tempo;

@@ -44,8 +44,11 @@ pub struct Candidate {
     pub s_pos: f32,
     /// Similarity to the negative prompt, `s_neg(i)`.
     pub s_neg: f32,
-    /// Duration `d_i` of the cached clip, in seconds.
+    /// Duration `d_i` of the reference, in seconds: the cached clip's, or its segment's.
     pub duration: f64,
+    /// The reference's segment of the cached clip (pyramid level ≥ 1: `duration` seconds from
+    /// this start); `None`: the whole clip.
+    pub segment: Option<crate::index::Segment>,
 }
 
 /// The selector's parameters.

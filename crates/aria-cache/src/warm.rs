@@ -166,6 +166,21 @@ pub fn align_within(
     req: &Request,
     tolerance: f64,
 ) -> Result<(Tensor, Alignment, AlignTimings)> {
+    align_fitting(g, entry, req, tolerance, false)
+}
+
+/// [`align_within`], and with `crop_longer` a reference longer than the request (`d_i > L`,
+/// any ratio) starts from its stored latents cropped to the request's frames too: its first
+/// `L` seconds at its own tempo, with no stretch and no encode (the selector's duration gate
+/// bounds how much is cut). Only a reference shorter than `L / (1 + tolerance)` is then
+/// stretched and encoded.
+pub fn align_fitting(
+    g: &dyn Generator,
+    entry: &Entry,
+    req: &Request,
+    tolerance: f64,
+    crop_longer: bool,
+) -> Result<(Tensor, Alignment, AlignTimings)> {
     let t = AlignTimings::default();
     let shape = g.latent_shape(req)?;
     if let Some(l) = &entry.data.latents {
@@ -178,7 +193,7 @@ pub fn align_within(
             let rate = entry.data.seconds / req.seconds;
             let within = tolerance.is_finite()
                 && tolerance >= 0.0
-                && rate <= 1.0 + tolerance
+                && (rate <= 1.0 + tolerance || crop_longer)
                 && rate * (1.0 + tolerance) >= 1.0;
             if within || same_duration {
                 if let Some(frames) = g.latent_frames(entry.data.seconds) {
@@ -229,6 +244,87 @@ pub fn align_within(
         });
     }
     align_audio(g, audio, entry.data.seconds, req, t)
+}
+
+/// The part `[start, start + seconds)` of a cached clip (loaded with its payload) as an entry of
+/// its own: a segment of the pyramid index chosen as the reference. Its audio is cut at the
+/// sample rate; its stored latents, when `g` made them and tells their frames
+/// ([`Generator::latent_frames`]), are cut at latent-frame granularity (the frames from
+/// `⌊start · V / d⌋` that hold `seconds`, `V` the frames holding the clip's `d` seconds), else
+/// dropped (the audio is then stretched and encoded). A span outside the clip is an error.
+pub fn segment_of(g: &dyn Generator, entry: &Entry, start: f64, seconds: f64) -> Result<Entry> {
+    let d = entry.data.seconds;
+    let name = format!("cache entry {}", entry.id);
+    if !(start.is_finite() && seconds.is_finite() && start >= 0.0 && seconds > 0.0)
+        || start + seconds > d + SAME_DURATION
+    {
+        return Err(CacheError::Invalid {
+            name,
+            reason: format!("segment [{start} s, +{seconds} s) is not within its {d} s"),
+        });
+    }
+    let mut data = entry.data.clone();
+    data.seconds = seconds.min(d - start);
+    data.audio = match &entry.data.audio {
+        Some(a) => {
+            let sr = f64::from(a.sample_rate);
+            let n = a.frames();
+            let s0 = ((start * sr).round() as usize).min(n);
+            let len = ((data.seconds * sr).round() as usize).clamp(1, n - s0.min(n - 1));
+            let s0 = s0.min(n - len);
+            let mut out = Vec::with_capacity(len * a.channels);
+            for c in 0..a.channels {
+                out.extend_from_slice(&a.samples[c * n + s0..c * n + s0 + len]);
+            }
+            Some(Audio::new(out, a.channels, a.sample_rate)?)
+        }
+        None => None,
+    };
+    data.latents = match (&entry.data.latents, g.latent_frames(d)) {
+        (Some(l), Some(v)) if l.generator == g.id() && v > 0 => {
+            let Some((&t, lead)) = l.shape.split_last() else {
+                return Err(CacheError::Invalid {
+                    name,
+                    reason: format!("latents of shape {:?}", l.shape),
+                });
+            };
+            let rows: usize = lead.iter().product();
+            if rows.checked_mul(t) != Some(l.data.len()) || t == 0 {
+                return Err(CacheError::Invalid {
+                    name,
+                    reason: format!("{} latent values for shape {:?}", l.data.len(), l.shape),
+                });
+            }
+            let v = v.min(t);
+            let f0 = ((start * v as f64 / d).floor() as usize).min(v - 1);
+            let len = g.latent_frames(data.seconds).unwrap_or(1).clamp(1, v - f0);
+            let mut out = Vec::with_capacity(rows * len);
+            for row in l.data.chunks_exact(t) {
+                out.extend_from_slice(&row[f0..f0 + len]);
+            }
+            let mut shape = l.shape.clone();
+            if let Some(last) = shape.last_mut() {
+                *last = len;
+            }
+            Some(crate::store::StoredLatents {
+                generator: l.generator.clone(),
+                shape,
+                data: out,
+            })
+        }
+        _ => None,
+    };
+    if data.audio.is_none() && data.latents.is_none() {
+        return Err(CacheError::Invalid {
+            name,
+            reason: "holds neither audio nor latents of this generator to cut a segment from"
+                .into(),
+        });
+    }
+    Ok(Entry {
+        data,
+        ..entry.clone()
+    })
 }
 
 /// Latents `data` of shape `from` (`[.., T]`) fitted to `to` (the same leading axes, `T'`

@@ -9,6 +9,7 @@ fn cand(id: u64, s_pos: f32, s_neg: f32, duration: f64) -> Candidate {
         s_pos,
         s_neg,
         duration,
+        segment: None,
     }
 }
 

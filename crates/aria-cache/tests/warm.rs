@@ -271,6 +271,22 @@ fn close_durations_start_from_fitted_latents_without_an_encode() {
     c.clear().unwrap();
     c.admit_generation(&g, &req0, &gen0, None).unwrap().unwrap();
 
+    // 1.4 s (rate 1.43, beyond the tolerance, inside the gate): a longer reference is
+    // cropped all the same (`crop_longer`, the default), its first 140 frames.
+    let w = c
+        .generate(&g, &Request::new("rain brief", 1.4, 8, 5))
+        .unwrap();
+    assert!(
+        matches!(w.alignment, Some(Alignment::FittedLatents { rate }) if (rate - 2.0 / 1.4).abs() < 1e-12),
+        "{:?}",
+        w.alignment
+    );
+    let want: Vec<f32> = (0..140).map(|t| ramp[t] + 4.0).collect();
+    assert_eq!(w.generation.latents.to_vec_f32().unwrap(), want);
+    assert!(g.encoded.borrow().is_empty());
+    c.clear().unwrap();
+    c.admit_generation(&g, &req0, &gen0, None).unwrap().unwrap();
+
     // 2.9 s (rate 0.69, inside the gate, beyond the tolerance): stretched and encoded.
     let w = c
         .generate(&g, &Request::new("rain longer", 2.9, 8, 4))
@@ -293,6 +309,24 @@ fn close_durations_start_from_fitted_latents_without_an_encode() {
     c.admit_generation(&g, &req0, &gen0, None).unwrap().unwrap();
     let w = c
         .generate(&g, &Request::new("rain again", 2.4, 8, 2))
+        .unwrap();
+    assert!(matches!(w.alignment, Some(Alignment::Stretched { .. })));
+    drop(c);
+
+    // Without `crop_longer`, a longer reference beyond the tolerance is stretched.
+    let dir = TempDir::new("cache-fit");
+    let mut c = Cache::open(
+        store::open(dir.to_str().unwrap()).unwrap(),
+        Arc::new(FirstWord),
+        CacheConfig {
+            crop_longer: false,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    c.admit_generation(&g, &req0, &gen0, None).unwrap().unwrap();
+    let w = c
+        .generate(&g, &Request::new("rain brief", 1.4, 8, 5))
         .unwrap();
     assert!(matches!(w.alignment, Some(Alignment::Stretched { .. })));
     drop(c);

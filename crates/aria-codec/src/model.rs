@@ -118,6 +118,15 @@ impl Autoencoder {
         v
     }
 
+    /// Every matrix of the encoder (the stage's mapping and blocks, the latent projection),
+    /// e.g. to pack them ([`Linear::set_weight`]); encoding runs on whatever weight kind they
+    /// hold.
+    pub fn encoder_linears_mut(&mut self) -> Vec<&mut Linear> {
+        let mut v = self.enc.linears_mut();
+        v.push(&mut self.enc_out);
+        v
+    }
+
     /// Drop the resident pages of the memory-mapped weights of the encoder and the decoder
     /// (see [`aria_core::nn::Linear::release_pages`]), e.g. once a request's audio is decoded:
     /// the next encode or decode reads them from the file again. Returns the bytes released.

@@ -44,6 +44,8 @@ pub struct CacheMetrics {
     pub latents_fitted: AtomicU64,
     /// Hits whose reference audio was stretched and encoded.
     pub stretched: AtomicU64,
+    /// Hits whose reference was a segment of a longer cached clip (the pyramid index).
+    pub segment_hits: AtomicU64,
     /// Sampler steps skipped by hits.
     pub skipped_steps: AtomicU64,
     /// Entries evicted to keep the cache within its bounds.
@@ -79,6 +81,9 @@ impl CacheMetrics {
             _ => &self.stretched,
         };
         c.fetch_add(1, Ordering::Relaxed);
+        if out.segment.is_some() {
+            self.segment_hits.fetch_add(1, Ordering::Relaxed);
+        }
         if let Ok(mut m) = self.start_steps.lock() {
             *m.entry(out.start_step).or_insert(0) += 1;
         }
@@ -130,6 +135,11 @@ impl CacheMetrics {
                 "aria_cache_hits_total",
                 "Of those, requests that started from a cached reference.",
                 load(&self.hits),
+            ),
+            (
+                "aria_cache_segment_hits_total",
+                "Of the hits, those whose reference was a segment of a longer cached clip.",
+                load(&self.segment_hits),
             ),
             (
                 "aria_cache_skipped_steps_total",

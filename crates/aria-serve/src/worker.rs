@@ -566,6 +566,10 @@ impl Worker {
                     Some(aria_cache::warm::Alignment::Stretched { .. }) => "stretched_audio",
                     None => "cold",
                 },
+                "segment": out.segment.map(|s| serde_json::json!({
+                    "start_s": s.start,
+                    "seconds": s.seconds,
+                })),
                 "evicted": out.evicted.len(),
             },
             "batch": 1,

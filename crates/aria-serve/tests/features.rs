@@ -346,6 +346,7 @@ async fn warm_start_reports_the_cache_hit() {
         "aria_cache_hits_total 1".to_string(),
         "aria_cache_admitted_total 2".to_string(),
         "aria_cache_evictions_total 0".to_string(),
+        "aria_cache_segment_hits_total 0".to_string(),
         format!("aria_cache_skipped_steps_total {start_step}"),
         "aria_cache_hit_starts_total{start=\"stored_latents\"} 1".to_string(),
         "aria_cache_hit_starts_total{start=\"fitted_latents\"} 0".to_string(),

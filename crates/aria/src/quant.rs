@@ -188,6 +188,9 @@ pub struct PackReport {
     /// …): packed when the folder was written so or with
     /// [`LoadOptions::quantize_decoder`](crate::LoadOptions::quantize_decoder).
     pub decoder_kinds: BTreeMap<String, usize>,
+    /// The autoencoder encoder's matrices per weight kind (`packed bf16_panels/v1` with
+    /// [`WeightPrecision::Bf16Dot`], else `dense f32`).
+    pub encoder_kinds: BTreeMap<String, usize>,
 }
 
 impl PackReport {
@@ -199,8 +202,13 @@ impl PackReport {
             .iter()
             .map(|(k, n)| format!("{n} {k}"))
             .collect();
+        let enc: Vec<String> = self
+            .encoder_kinds
+            .iter()
+            .map(|(k, n)| format!("{n} {k}"))
+            .collect();
         format!(
-            "DiT weights {}{}{}{}: {} ({:.3} GB stored, {:.3} GB held, {:.3} GB of pages released){}",
+            "DiT weights {}{}{}{}: {} ({:.3} GB stored, {:.3} GB held, {:.3} GB of pages released){}{}",
             self.precision,
             if self.spilled {
                 " (packed into a mapped temporary file)"
@@ -221,6 +229,11 @@ impl PackReport {
                 String::new()
             } else {
                 format!("; decoder {}", dec.join(", "))
+            },
+            if enc.is_empty() {
+                String::new()
+            } else {
+                format!("; encoder {}", enc.join(", "))
             }
         )
     }
@@ -539,18 +552,21 @@ pub(crate) fn pack_decoder(
     Ok((idx.len(), before, after))
 }
 
-/// Hold every dense matrix of the autoencoder's decoder in the `bf16_panels` format (the
-/// decoder's side of [`WeightPrecision::Bf16Dot`]), releasing the mapped pages of the dense
-/// weights replaced. Returns `(layers packed, bytes before, bytes after)`.
-pub(crate) fn pack_decoder_bf16(ae: &mut aria_codec::Autoencoder) -> Result<(usize, usize, usize)> {
+/// Hold every dense matrix of the autoencoder, decoder and encoder, in the `bf16_panels`
+/// format (the autoencoder's side of [`WeightPrecision::Bf16Dot`]: decoding, and the encodes
+/// of audio-to-audio, inpainting and the warm-start cache's stretched references), releasing
+/// the mapped pages of the dense weights replaced. Matrices already packed (a `q8_0` decoder)
+/// keep their format. Returns `(layers packed, bytes before, bytes after)`.
+pub(crate) fn pack_autoencoder_bf16(
+    ae: &mut aria_codec::Autoencoder,
+) -> Result<(usize, usize, usize)> {
     use aria_core::nn::{Bf16DotWeight, Weight};
-    let (mut n, mut before, mut after) = (0, 0, 0);
-    for lin in ae.decoder_linears_mut() {
+    fn pack(lin: &mut aria_core::nn::Linear, sums: &mut (usize, usize, usize)) -> Result<()> {
         let Some(w) = lin.weight().dense().cloned() else {
-            continue;
+            return Ok(());
         };
         let shape = lin.weight().shape();
-        before += lin.weight().nbytes();
+        sums.1 += lin.weight().nbytes();
         let w2 = if w.rank() == 2 {
             w.clone()
         } else {
@@ -560,10 +576,18 @@ pub(crate) fn pack_decoder_bf16(ae: &mut aria_codec::Autoencoder) -> Result<(usi
         drop(w2);
         w.release_pages()?;
         lin.set_weight(Weight::Packed(std::sync::Arc::new(p)))?;
-        after += lin.weight().nbytes();
-        n += 1;
+        sums.2 += lin.weight().nbytes();
+        sums.0 += 1;
+        Ok(())
     }
-    Ok((n, before, after))
+    let mut sums = (0, 0, 0);
+    for lin in ae.decoder_linears_mut() {
+        pack(lin, &mut sums)?;
+    }
+    for lin in ae.encoder_linears_mut() {
+        pack(lin, &mut sums)?;
+    }
+    Ok(sums)
 }
 
 /// For a pre-quantized checkpoint: give the decoder matrices that did not load packed through
@@ -606,6 +630,15 @@ pub(crate) fn attach_decoder(
 pub(crate) fn decoder_kinds(ae: &mut aria_codec::Autoencoder) -> BTreeMap<String, usize> {
     let mut kinds = BTreeMap::new();
     for lin in ae.decoder_linears_mut() {
+        *kinds.entry(lin.weight().kind()).or_default() += 1;
+    }
+    kinds
+}
+
+/// The encoder's matrices per weight kind.
+pub(crate) fn encoder_kinds(ae: &mut aria_codec::Autoencoder) -> BTreeMap<String, usize> {
+    let mut kinds = BTreeMap::new();
+    for lin in ae.encoder_linears_mut() {
         *kinds.entry(lin.weight().kind()).or_default() += 1;
     }
     kinds

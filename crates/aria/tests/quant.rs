@@ -165,6 +165,38 @@ fn bf16_dot_packs_every_linear_and_stays_under_the_seed_floor() {
     let aerr = rel_rms(&ba, &fa);
     eprintln!("bf16-dot audio rel-RMS {aerr:.2e}");
     assert!(aerr > 0.0 && aerr < 0.05, "audio {aerr}");
+    // The encoder's matrices too (audio inputs, the cache's stretched references): an encode
+    // of the f32 run's audio in bf16 products stays close to the f32 encode of it.
+    assert!(
+        rep.encoder_kinds.keys().all(|k| k.contains("bf16_panels"))
+            && !rep.encoder_kinds.is_empty(),
+        "{}",
+        rep.summary()
+    );
+    assert!(
+        f32p.quant_report()
+            .encoder_kinds
+            .keys()
+            .all(|k| k.contains("dense")),
+        "{}",
+        f32p.quant_report().summary()
+    );
+    let ch = 2;
+    let clip = aria::AudioClip {
+        data: aria_core::Tensor::from_vec(fa.clone(), &[ch, fa.len() / ch]).unwrap(),
+        sample_rate: f32p.sample_rate(),
+    };
+    let enc = |p: &Pipeline| {
+        p.encode_audio(&clip, &mut TorchNoise::new(5))
+            .unwrap()
+            .to_vec_f32()
+            .unwrap()
+    };
+    let (fe, be) = (enc(&f32p), enc(&b));
+    assert_eq!(fe.len(), be.len());
+    let eerr = rel_rms(&be, &fe);
+    eprintln!("bf16-dot encode rel-RMS {eerr:.2e}");
+    assert!(eerr > 0.0 && eerr < 0.05, "encode {eerr}");
     // W8A8 needs q8_0 blocks.
     let opts = LoadOptions {
         precision: Some(WeightPrecision::Bf16Dot),

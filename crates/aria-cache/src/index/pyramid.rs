@@ -164,6 +164,41 @@ impl PyramidIndex {
         Ok(n)
     }
 
+    /// The parameters segments are cut with.
+    pub fn params(&self) -> &PyramidParams {
+        &self.params
+    }
+
+    /// Index precomputed segment vectors of `clip` (e.g. read back from a store), replacing
+    /// its earlier segments. Each segment's `clip` is set to `clip`.
+    pub fn add_segments(&mut self, clip: u64, segments: Vec<(Segment, Vec<f32>)>) -> Result<()> {
+        for (_, v) in &segments {
+            super::check_dim("segment embedding", self.index.dim(), v.len())?;
+        }
+        self.remove_clip(clip);
+        let mut ids = Vec::with_capacity(segments.len());
+        for (seg, v) in segments {
+            let id = self.next;
+            self.index.add(id, &v)?;
+            self.next += 1;
+            self.segments.insert(id, Segment { clip, ..seg });
+            ids.push(id);
+        }
+        self.by_clip.insert(clip, ids);
+        Ok(())
+    }
+
+    /// The vector of `clip`'s segment at `level` starting at `start` seconds.
+    pub fn vector_of(&self, clip: u64, level: u32, start: f64) -> Option<&[f32]> {
+        let ids = self.by_clip.get(&clip)?;
+        let id = ids.iter().find(|i| {
+            self.segments
+                .get(i)
+                .is_some_and(|s| s.level == level && s.start == start)
+        })?;
+        self.index.get(*id)
+    }
+
     /// Drop every segment of `clip`; `false` when it had none.
     pub fn remove_clip(&mut self, clip: u64) -> bool {
         let Some(ids) = self.by_clip.remove(&clip) else {

@@ -421,7 +421,21 @@ impl Worker {
             e.audio = Some(g.audio.clone());
         }
         e.quality.insert(QUALITY.into(), q);
+        // The segment embeddings were of the old clip: those of the new one (the cache's
+        // default pyramid), or none.
+        let key = crate::segments::key(&name);
+        e.embeddings.remove(&key);
         if let Some(v) = av {
+            if d.embeddings.contains_key(&key) {
+                let segs = crate::segments::embed(
+                    self.embedder.as_ref(),
+                    &g.audio,
+                    &crate::cache::SEGMENTS,
+                )?;
+                if !segs.is_empty() {
+                    e.embeddings.insert(key, crate::segments::pack(&segs));
+                }
+            }
             e.embeddings.insert(name, v);
         }
         e.steps = steps;

@@ -292,15 +292,19 @@ impl Pipeline {
         }
         if opts.quantize_decoder {
             crate::quant::pack_decoder(&mut ae, opts.w8a8)?;
-        } else if precision == Some(crate::quant::WeightPrecision::Bf16Dot) {
-            // bf16 products for the whole generation: the decoder's matrices too.
-            crate::quant::pack_decoder_bf16(&mut ae)?;
+        }
+        if precision == Some(crate::quant::WeightPrecision::Bf16Dot) {
+            // bf16 products for the whole generation: the autoencoder's matrices too (the
+            // encoder's for audio inputs and the cache's stretched references; a decoder
+            // packed as q8_0 above keeps that format).
+            crate::quant::pack_autoencoder_bf16(&mut ae)?;
         }
         if !opts.keep_resident {
             // Loading read the packed decoder's blocks (checksums): they come back to decode.
             ae.release_pages()?;
         }
         quant.decoder_kinds = crate::quant::decoder_kinds(&mut ae);
+        quant.encoder_kinds = crate::quant::encoder_kinds(&mut ae);
         let mut text = TextConditioner::load(&config, &weights)?;
         let text_precision = opts
             .text_precision
