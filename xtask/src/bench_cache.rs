@@ -521,12 +521,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
 
 /// The CLAP score of `audio` for `prompt`: the cosine of their CLAP embeddings.
 fn clap_score(m: &dyn Embedder, prompt: &str, audio: &aria_cache::Audio) -> Result<f32, String> {
-    let (ch, n) = (audio.channels, audio.frames());
-    let interleaved: Vec<f32> = (0..n * ch)
-        .map(|k| audio.samples[(k % ch) * n + k / ch])
-        .collect();
+    let interleaved = audio.interleaved(0..audio.frames());
     let a = m
-        .embed_audio(&interleaved, ch, audio.sample_rate)
+        .embed_audio(&interleaved, audio.channels, audio.sample_rate)
         .map_err(|e| e.to_string())?
         .ok_or("the CLAP embedder has no audio side")?;
     let t = m.embed_texts(&[prompt]).map_err(|e| e.to_string())?;

@@ -659,14 +659,10 @@ impl Cache {
         force: bool,
     ) -> Result<Option<u64>> {
         let name = self.embedder.name().to_string();
-        // The audio side of the trait takes interleaved samples.
-        let (ch, n) = (audio.channels, audio.frames());
-        let interleaved: Vec<f32> = (0..n * ch)
-            .map(|k| audio.samples[(k % ch) * n + k / ch])
-            .collect();
+        let interleaved = audio.interleaved(0..audio.frames());
         let audio_v = self
             .embedder
-            .embed_audio(&interleaved, ch, audio.sample_rate)?;
+            .embed_audio(&interleaved, audio.channels, audio.sample_rate)?;
         let with_audio = audio_v.is_some();
         let text = |q: Option<Vec<f32>>| match q {
             Some(q) => Ok(q),

@@ -24,16 +24,14 @@ pub(crate) fn embed(
     audio: &Audio,
     params: &PyramidParams,
 ) -> Result<Vec<(Segment, Vec<f32>)>> {
-    let (ch, n, sr) = (audio.channels, audio.frames(), audio.sample_rate);
+    let sr = audio.sample_rate;
     let mut out = Vec::new();
-    for (level, start, len) in segment_windows(n, sr, params) {
+    for (level, start, len) in segment_windows(audio.frames(), sr, params) {
         if level == 0 {
             continue;
         }
-        let seg: Vec<f32> = (0..len * ch)
-            .map(|k| audio.samples[(k % ch) * n + start + k / ch])
-            .collect();
-        let Some(v) = embedder.embed_audio(&seg, ch, sr)? else {
+        let seg = audio.interleaved(start..start + len);
+        let Some(v) = embedder.embed_audio(&seg, audio.channels, sr)? else {
             return Ok(Vec::new());
         };
         // As stored ([`pack`]: f32), so a restarted cache indexes the same segments.

@@ -263,10 +263,21 @@ pub fn segment_of(g: &dyn Generator, entry: &Entry, start: f64, seconds: f64) ->
             reason: format!("segment [{start} s, +{seconds} s) is not within its {d} s"),
         });
     }
-    let mut data = entry.data.clone();
-    data.seconds = seconds.min(d - start);
+    // The entry's metadata with the segment's payload (the clip's own is not copied).
+    let src = &entry.data;
+    let mut data = crate::store::NewEntry {
+        prompt: src.prompt.clone(),
+        negative_prompt: src.negative_prompt.clone(),
+        seconds: seconds.min(d - start),
+        quality: src.quality.clone(),
+        importance: src.importance,
+        steps: src.steps,
+        seed: src.seed,
+        origin: src.origin.clone(),
+        ..Default::default()
+    };
     data.audio = match &entry.data.audio {
-        Some(a) => {
+        Some(a) if a.frames() > 0 => {
             let sr = f64::from(a.sample_rate);
             let n = a.frames();
             let s0 = ((start * sr).round() as usize).min(n);
@@ -278,7 +289,7 @@ pub fn segment_of(g: &dyn Generator, entry: &Entry, start: f64, seconds: f64) ->
             }
             Some(Audio::new(out, a.channels, a.sample_rate)?)
         }
-        None => None,
+        _ => None,
     };
     data.latents = match (&entry.data.latents, g.latent_frames(d)) {
         (Some(l), Some(v)) if l.generator == g.id() && v > 0 => {
@@ -322,8 +333,11 @@ pub fn segment_of(g: &dyn Generator, entry: &Entry, start: f64, seconds: f64) ->
         });
     }
     Ok(Entry {
+        id: entry.id,
         data,
-        ..entry.clone()
+        hits: entry.hits,
+        created_ms: entry.created_ms,
+        used_ms: entry.used_ms,
     })
 }
 

@@ -118,11 +118,8 @@ impl Serving {
         let t0 = Instant::now();
         let mut emb = None;
         if self.audio_side != Some(false) {
-            let (ch, n) = (audio.channels, audio.frames());
-            let interleaved: Vec<f32> = (0..n * ch)
-                .map(|k| audio.samples[(k % ch) * n + k / ch])
-                .collect();
-            emb = embedder.embed_audio(&interleaved, ch, audio.sample_rate)?;
+            let interleaved = audio.interleaved(0..audio.frames());
+            emb = embedder.embed_audio(&interleaved, audio.channels, audio.sample_rate)?;
             self.audio_side = Some(emb.is_some());
         }
         let q = self.quality.score(&QualityInput {

@@ -392,11 +392,10 @@ impl Worker {
                 return Err(Stop::Cancelled);
             }
             let a = &g.audio;
-            let (ch, n) = (a.channels, a.frames());
-            let interleaved: Vec<f32> = (0..n * ch)
-                .map(|i| a.samples[(i % ch) * n + i / ch])
-                .collect();
-            let av = self.embedder.embed_audio(&interleaved, ch, a.sample_rate)?;
+            let interleaved = a.interleaved(0..a.frames());
+            let av = self
+                .embedder
+                .embed_audio(&interleaved, a.channels, a.sample_rate)?;
             let q = quality(&prompt_vec, av.as_deref(), a);
             if best.as_ref().is_none_or(|b| q > b.0) {
                 best = Some((q, g, av, seed));

@@ -71,6 +71,17 @@ impl Audio {
     pub fn seconds(&self) -> f64 {
         self.frames() as f64 / f64::from(self.sample_rate.max(1))
     }
+
+    /// The frames `range` (clamped to the clip) interleaved, frame after frame: the layout the
+    /// audio side of [`crate::Embedder`] takes.
+    pub fn interleaved(&self, range: std::ops::Range<usize>) -> Vec<f32> {
+        let (ch, n) = (self.channels, self.frames());
+        let (start, end) = (range.start.min(n), range.end.min(n));
+        let len = end.saturating_sub(start);
+        (0..len * ch)
+            .map(|k| self.samples[(k % ch) * n + start + k / ch])
+            .collect()
+    }
 }
 
 /// An entry to add (the store assigns the id and the timestamps).
