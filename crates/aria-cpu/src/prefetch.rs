@@ -75,7 +75,7 @@ impl BSrc<'_> {
                     rows: kc,
                 })
             }
-            BSrc::Conv { .. } => None,
+            BSrc::Conv { .. } | BSrc::Rows(_) => None,
         }
     }
 }

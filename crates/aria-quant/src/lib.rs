@@ -8,10 +8,10 @@
 //!   dequantize).
 //! - [`PackedMatrix`]: a quantized `[out, in]` matrix, quantized row by row from f32/f16/bf16
 //!   weights (memory-mapped or owned), implementing [`aria_core::nn::PackedWeight`].
-//! - [`kernels`]: f32 activations × packed weights, dequantized inside the kernel (scalar
-//!   reference, AVX2, AVX-512, NEON; bit-identical to each other and for any thread count), and
-//!   W8A8 (per-token int8 activations, exact int32 block sums on AVX-512 VNNI, AVX-VNNI, AVX2,
-//!   NEON `sdot`/plain NEON, scalar), chosen by a `try_*` ladder from explicit inputs
+//! - [`kernels`]: f32 activations × packed weights, dequantized slab by slab while the CPU's
+//!   f32 product packs them (bit-identical to that product on the dequantized weight, on each
+//!   path, and for any thread count), and W8A8 (per-token int8 activations, exact int32 block
+//!   sums on AMX-INT8, AVX-512 VNNI, AVX-VNNI, AVX2, NEON `sdot`/plain NEON, scalar), chosen by a `try_*` ladder from explicit inputs
 //!   ([`Compute`] is a configuration value, not an environment switch).
 //! - [`io`]: packed safetensors files (U8 blocks plus a tensor table, format version, policy
 //!   and source checksum in the metadata), with typed errors for mismatched, corrupt and

@@ -41,7 +41,9 @@ fn naive_sums(p: &PackedMatrix, x: &[f32], m: usize) -> Vec<i32> {
     out
 }
 
-const SHAPES: [(usize, usize, usize); 10] = [
+/// Shapes: single, odd and non-block-multiple ones, and rows past one or two tiles of the
+/// widest path (32 rows on AMX) over several K slabs.
+const SHAPES: [(usize, usize, usize); 13] = [
     (1, 1, 1),
     (1, 40, 300),
     (7, 19, 63),
@@ -52,6 +54,9 @@ const SHAPES: [(usize, usize, usize); 10] = [
     (3, 100, 96),
     (0, 4, 32),
     (2, 3, 0),
+    (32, 32, 256),
+    (40, 70, 520),
+    (67, 33, 1024),
 ];
 
 #[test]

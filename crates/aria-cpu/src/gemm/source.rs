@@ -74,9 +74,20 @@ impl<'a> WData<'a> {
     }
 }
 
+/// Rows of a `[N, K]` weight held in a format the product does not read itself (a quantized
+/// format, say): the product asks for a row's columns as f32 while it packs B, a KC slab at a
+/// time, so no f32 copy of the whole weight is made.
+pub trait RowSource: Sync {
+    /// Weight row `row`, columns `k0..k0 + out.len()`, as f32 into `out`. The product calls
+    /// it with `k0` a multiple of 256 and `k0 + out.len()` at most the row's length.
+    fn read_row(&self, row: usize, k0: usize, out: &mut [f32]);
+}
+
 /// Where the B operand comes from.
 #[derive(Clone, Copy)]
 pub enum BSrc<'a> {
+    /// `B[k][n]` = column `k` of row `n` of a weight read through a [`RowSource`].
+    Rows(&'a dyn RowSource),
     /// `B[k][n] = w[n·ld + k]`: the rows of a `[N, K]` weight (linear layers, `K` of attention).
     Nk(WData<'a>, usize),
     /// `B[k][n] = b[k·ld + n]`: a row-major `[K, N]` f32 matrix.
@@ -148,6 +159,16 @@ impl BSrc<'_> {
                     let g = TB.min(nc - g0);
                     for r in 0..g {
                         w.read((j0 + g0 + r) * ld + k0, &mut tmp[r * kc..(r + 1) * kc]);
+                    }
+                    transpose_rows(tmp, kc, kc, g, nr, &mut out[g0..]);
+                }
+            }
+            BSrc::Rows(src) => {
+                tmp.resize(TB * kc, 0.0);
+                for g0 in (0..nc).step_by(TB) {
+                    let g = TB.min(nc - g0);
+                    for r in 0..g {
+                        src.read_row(j0 + g0 + r, k0, &mut tmp[r * kc..(r + 1) * kc]);
                     }
                     transpose_rows(tmp, kc, kc, g, nr, &mut out[g0..]);
                 }

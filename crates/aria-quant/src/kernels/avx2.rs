@@ -1,6 +1,5 @@
-//! x86-64 AVX2 + FMA micro-kernels, and the AVX-VNNI int8 tile (256-bit `vpdpbusd`).
+//! x86-64 AVX2 int8 tiles, and the AVX-VNNI int8 tile (256-bit `vpdpbusd`).
 //!
-//! - f32: a 6 × 16 register tile (12 accumulators), as [`super::scalar::tile_f32`].
 //! - int8 (AVX2): `vpmaddubsw` multiplies unsigned by signed bytes and adds pairs into i16 with
 //!   saturation. With activations and weights in `[−127, 127]`, the sign trick
 //!   (`|a|` unsigned × `sign(a)·w` signed) keeps every pair within `2 · 127² = 32258`, so
@@ -12,104 +11,13 @@
 
 use std::arch::x86_64::*;
 
-use super::scalar::{f32_extents_ok, int_extents_ok};
+use super::scalar::int_extents_ok;
 use super::IntPanel;
 
-/// f32 tile rows.
-pub(crate) const MR: usize = 6;
-/// f32 panel width.
-pub(crate) const NR: usize = 16;
 /// int8 tile rows.
 pub(crate) const IMR: usize = 4;
 /// int8 panel width.
 pub(crate) const INR: usize = 16;
-
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn f32_tile<const M: usize>(
-    kc: usize,
-    a: *const f32,
-    lda: usize,
-    bp: *const f32,
-    c: *mut f32,
-    ldc: usize,
-    nc: usize,
-) {
-    // SAFETY: the caller checked the extents and runs with AVX2 + FMA.
-    unsafe {
-        let mut t = [[0f32; NR]; M];
-        let mut c0 = [_mm256_setzero_ps(); M];
-        let mut c1 = [_mm256_setzero_ps(); M];
-        for r in 0..M {
-            let p = c.add(r * ldc);
-            if nc == NR {
-                c0[r] = _mm256_loadu_ps(p);
-                c1[r] = _mm256_loadu_ps(p.add(8));
-            } else {
-                std::ptr::copy_nonoverlapping(p, t[r].as_mut_ptr(), nc);
-                c0[r] = _mm256_loadu_ps(t[r].as_ptr());
-                c1[r] = _mm256_loadu_ps(t[r].as_ptr().add(8));
-            }
-        }
-        for k in 0..kc {
-            let b0 = _mm256_loadu_ps(bp.add(k * NR));
-            let b1 = _mm256_loadu_ps(bp.add(k * NR + 8));
-            for r in 0..M {
-                let av = _mm256_broadcast_ss(&*a.add(r * lda + k));
-                c0[r] = _mm256_fmadd_ps(av, b0, c0[r]);
-                c1[r] = _mm256_fmadd_ps(av, b1, c1[r]);
-            }
-        }
-        for r in 0..M {
-            let p = c.add(r * ldc);
-            if nc == NR {
-                _mm256_storeu_ps(p, c0[r]);
-                _mm256_storeu_ps(p.add(8), c1[r]);
-            } else {
-                _mm256_storeu_ps(t[r].as_mut_ptr(), c0[r]);
-                _mm256_storeu_ps(t[r].as_mut_ptr().add(8), c1[r]);
-                std::ptr::copy_nonoverlapping(t[r].as_ptr(), p, nc);
-            }
-        }
-    }
-}
-
-/// As [`super::scalar::tile_f32`] on 6 × 16 tiles.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-///
-/// # Panics
-/// If a slice is shorter than the extents the call touches.
-#[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn tile_f32(
-    mr: usize,
-    kc: usize,
-    a: &[f32],
-    lda: usize,
-    bp: &[f32],
-    c: &mut [f32],
-    ldc: usize,
-    nc: usize,
-) {
-    assert!(
-        f32_extents_ok(MR, NR, mr, kc, a, lda, bp, c, ldc, nc),
-        "tile_f32 extents"
-    );
-    let (a, bp, c) = (a.as_ptr(), bp.as_ptr(), c.as_mut_ptr());
-    // SAFETY: extents checked above; AVX2 + FMA guaranteed by the caller.
-    unsafe {
-        match mr {
-            1 => f32_tile::<1>(kc, a, lda, bp, c, ldc, nc),
-            2 => f32_tile::<2>(kc, a, lda, bp, c, ldc, nc),
-            3 => f32_tile::<3>(kc, a, lda, bp, c, ldc, nc),
-            4 => f32_tile::<4>(kc, a, lda, bp, c, ldc, nc),
-            5 => f32_tile::<5>(kc, a, lda, bp, c, ldc, nc),
-            _ => f32_tile::<MR>(kc, a, lda, bp, c, ldc, nc),
-        }
-    }
-}
 
 /// Load `n ≤ 16` f32 accumulators of a C row into two vectors (zeros past `n`).
 #[inline(always)]

@@ -1,18 +1,12 @@
-//! x86-64 AVX-512 micro-kernels: the f32 tile on 12 × 32 (AVX-512F) and the int8 tile on
-//! 6 × 32 with `vpdpbusd` (AVX-512 VNNI; activations offset by +128, each block's accumulator
+//! x86-64 AVX-512 micro-kernel: the int8 tile on 6 × 32 with `vpdpbusd` (AVX-512 VNNI; activations offset by +128, each block's accumulator
 //! starting at `−128 · Σw`).
 #![allow(clippy::incompatible_msrv)]
 
 use std::arch::x86_64::*;
 
-use super::scalar::{f32_extents_ok, int_extents_ok};
+use super::scalar::int_extents_ok;
 use super::IntPanel;
 
-/// f32 tile rows: 12 × 2 accumulators, 2 panel vectors and a broadcast use 27 of the 32
-/// registers.
-pub(crate) const MR: usize = 12;
-/// f32 panel width.
-pub(crate) const NR: usize = 32;
 /// int8 tile rows.
 pub(crate) const IMR: usize = 6;
 /// int8 panel width.
@@ -49,81 +43,6 @@ unsafe fn store_row(p: *mut f32, n: usize, v: [__m512; 2]) {
             _mm512_storeu_ps(t.as_mut_ptr(), v[0]);
             _mm512_storeu_ps(t.as_mut_ptr().add(16), v[1]);
             std::ptr::copy_nonoverlapping(t.as_ptr(), p, n);
-        }
-    }
-}
-
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn f32_tile<const M: usize>(
-    kc: usize,
-    a: *const f32,
-    lda: usize,
-    bp: *const f32,
-    c: *mut f32,
-    ldc: usize,
-    nc: usize,
-) {
-    // SAFETY: the caller checked the extents and runs with AVX-512F.
-    unsafe {
-        let mut acc = [[_mm512_setzero_ps(); 2]; M];
-        for (r, v) in acc.iter_mut().enumerate() {
-            *v = load_row(c.add(r * ldc), nc);
-        }
-        for k in 0..kc {
-            let b0 = _mm512_loadu_ps(bp.add(k * NR));
-            let b1 = _mm512_loadu_ps(bp.add(k * NR + 16));
-            for (r, v) in acc.iter_mut().enumerate() {
-                let av = _mm512_set1_ps(*a.add(r * lda + k));
-                v[0] = _mm512_fmadd_ps(av, b0, v[0]);
-                v[1] = _mm512_fmadd_ps(av, b1, v[1]);
-            }
-        }
-        for (r, v) in acc.iter().enumerate() {
-            store_row(c.add(r * ldc), nc, *v);
-        }
-    }
-}
-
-/// As [`super::scalar::tile_f32`] on 12 × 32 tiles (panels of [`NR`] = 32 columns).
-///
-/// # Safety
-/// The CPU must support AVX-512F.
-///
-/// # Panics
-/// If a slice is shorter than the extents the call touches.
-#[target_feature(enable = "avx512f,avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn tile_f32(
-    mr: usize,
-    kc: usize,
-    a: &[f32],
-    lda: usize,
-    bp: &[f32],
-    c: &mut [f32],
-    ldc: usize,
-    nc: usize,
-) {
-    assert!(
-        f32_extents_ok(MR, NR, mr, kc, a, lda, bp, c, ldc, nc),
-        "tile_f32 extents"
-    );
-    let (a, bp, c) = (a.as_ptr(), bp.as_ptr(), c.as_mut_ptr());
-    // SAFETY: extents checked above; AVX-512F guaranteed by the caller.
-    unsafe {
-        match mr {
-            1 => f32_tile::<1>(kc, a, lda, bp, c, ldc, nc),
-            2 => f32_tile::<2>(kc, a, lda, bp, c, ldc, nc),
-            3 => f32_tile::<3>(kc, a, lda, bp, c, ldc, nc),
-            4 => f32_tile::<4>(kc, a, lda, bp, c, ldc, nc),
-            5 => f32_tile::<5>(kc, a, lda, bp, c, ldc, nc),
-            6 => f32_tile::<6>(kc, a, lda, bp, c, ldc, nc),
-            7 => f32_tile::<7>(kc, a, lda, bp, c, ldc, nc),
-            8 => f32_tile::<8>(kc, a, lda, bp, c, ldc, nc),
-            9 => f32_tile::<9>(kc, a, lda, bp, c, ldc, nc),
-            10 => f32_tile::<10>(kc, a, lda, bp, c, ldc, nc),
-            11 => f32_tile::<11>(kc, a, lda, bp, c, ldc, nc),
-            _ => f32_tile::<MR>(kc, a, lda, bp, c, ldc, nc),
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use rayon::prelude::*;
 
-use super::{col_block, row_block, tile_i8, IntIsa, IntPanel};
+use super::{col_block, row_block, tile_i8, IntIsa, IntPanel, TileScope};
 use crate::format::{BlockQ8_0, Format};
 use crate::matrix::WView;
 
@@ -42,21 +42,13 @@ pub fn quantize_activations(x: &[f32], m: usize, k: usize, offset: bool) -> Quan
             .enumerate()
             .for_each(|(r, (qr, s))| {
                 let xr = &x[r * k..(r + 1) * k];
-                if xr.iter().any(|v| !v.is_finite()) {
-                    *s = f32::NAN;
+                #[cfg(target_arch = "x86_64")]
+                if aria_core::cpu::Isa::Avx2.is_available() {
+                    // SAFETY: AVX2 was detected just now.
+                    unsafe { quantize_row_avx2(xr, offset, qr, s) };
                     return;
                 }
-                let amax = xr.iter().fold(0f32, |a, v| a.max(v.abs()));
-                if amax == 0.0 {
-                    return;
-                }
-                *s = amax / 127.0;
-                let inv = 127.0 / amax;
-                let off = if offset { 128 } else { 0 };
-                for (o, v) in qr.iter_mut().zip(xr) {
-                    let qi = ((v * inv).round_ties_even() as i32).clamp(-127, 127);
-                    *o = (qi + off) as u8;
-                }
+                quantize_row(xr, offset, qr, s);
             });
     }
     QuantizedActs {
@@ -67,6 +59,37 @@ pub fn quantize_activations(x: &[f32], m: usize, k: usize, offset: bool) -> Quan
         q,
         scale,
     }
+}
+
+/// One row of [`quantize_activations`]: its scale into `s`, its bytes into `qr`.
+#[inline(always)]
+fn quantize_row(xr: &[f32], offset: bool, qr: &mut [u8], s: &mut f32) {
+    if xr.iter().any(|v| !v.is_finite()) {
+        *s = f32::NAN;
+        return;
+    }
+    let amax = xr.iter().fold(0f32, |a, v| a.max(v.abs()));
+    if amax == 0.0 {
+        return;
+    }
+    *s = amax / 127.0;
+    let inv = 127.0 / amax;
+    let off = if offset { 128 } else { 0 };
+    for (o, v) in qr.iter_mut().zip(xr) {
+        let qi = ((v * inv).round_ties_even() as i32).clamp(-127, 127);
+        *o = (qi + off) as u8;
+    }
+}
+
+/// [`quantize_row`] compiled with AVX2 (the rounding becomes one instruction; the same bytes:
+/// every step is exact or correctly rounded).
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn quantize_row_avx2(xr: &[f32], offset: bool, qr: &mut [u8], s: &mut f32) {
+    quantize_row(xr, offset, qr, s)
 }
 
 /// Repack weight rows `j0..j0 + nc` (of a `q8_0` matrix), blocks `b0..b0 + nblk`, into an
@@ -89,17 +112,20 @@ fn repack(
         d.fill(0.0);
         corr.fill(0);
     }
+    // The panel as 4-byte groups: group `(bb·8 + k4)·nr + j` is bytes 4k4..4k4 + 4 of column
+    // j's block bb (`q` is a multiple of 4 bytes long; groups are copied as they are).
     for j in 0..nc {
         let blocks: &[BlockQ8_0] = bytemuck::cast_slice(w.row(j0 + j));
         for (bb, blk) in blocks[b0..b0 + nblk].iter().enumerate() {
             d[bb * nr + j] = blk.scale();
-            let sum: i32 = blk.qs.iter().map(|&v| v as i32).sum();
-            corr[bb * nr + j] = if offset { 128 * sum } else { 0 };
-            for k4 in 0..8 {
+            corr[bb * nr + j] = if offset {
+                128 * blk.qs.iter().map(|&v| v as i32).sum::<i32>()
+            } else {
+                0
+            };
+            for (k4, g) in blk.qs.chunks_exact(4).enumerate() {
                 let o = ((bb * 8 + k4) * nr + j) * 4;
-                for t in 0..4 {
-                    q[o + t] = blk.qs[4 * k4 + t] as u8;
-                }
+                q[o..o + 4].copy_from_slice(bytemuck::cast_slice(g));
             }
         }
     }
@@ -139,6 +165,7 @@ fn task(
     } else {
         Vec::new()
     };
+    let _scope = TileScope::enter(isa);
     let mut b0 = 0;
     while b0 < nblocks {
         let nblk = SLAB_BLOCKS.min(nblocks - b0);

@@ -1,15 +1,17 @@
 //! Matrix kernels for packed weights: `y[M, N] = x[M, K] · Wᵀ` with `W [N, K]` packed.
 //!
 //! Two computations, chosen by the weight's [`Compute`] mode:
-//! - **weight-only** ([`Kernel::Dequant`]): f32 activations. Each task dequantizes the weight
-//!   rows of its output columns, one K slab of 256 at a time, into small f32 panels (16 or 32
-//!   columns, L1/L2-sized) right before the register tile consumes them; no f32 copy of the
-//!   weight exists beyond those panels. Each output is one fused multiply-add chain over K in
-//!   order, on every path, so the scalar reference and the SIMD paths agree bit for bit.
+//! - **weight-only** ([`Kernel::Dequant`]): f32 activations, on the CPU backend's own f32
+//!   product (`aria_core::cpu::gemm`) with B read through the packed rows: each KC slab of the
+//!   columns a task packs is dequantized right before its micro-kernel consumes it (a product
+//!   of more than 480 rows, three row blocks, packs the panels once for all of them while it runs,
+//!   at most 64 MiB); no f32 copy of the weight is kept. The result is, bit for bit, the f32 product
+//!   of the dequantized weight on the same path.
 //! - **W8A8** ([`Kernel::W8A8`], `q8_0` only): activations are quantized per token
 //!   (symmetric int8, see [`quantize_activations`]); each 32-block gives an exact int32 dot
 //!   product, combined as `acc ← fma(isum, d_block, acc)` in block order, then `y = acc · s_row`.
-//!   The int32 sums are identical on every path by construction, and so is `y`.
+//!   The int32 sums are identical on every path by construction, and so is `y`. The paths:
+//!   scalar, AVX2, AVX-VNNI, AVX-512 VNNI, the AMX-INT8 tiles, NEON and NEON `sdot`.
 //!
 //! The path comes from an explicit [`KernelQuery`] through [`select`], an ordered ladder of
 //! `try_*` fast paths ending in the scalar reference; nothing reads the environment. Work is
@@ -20,6 +22,8 @@ mod dequant;
 mod int8;
 pub(crate) mod scalar;
 
+#[cfg(target_arch = "x86_64")]
+mod amx;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
@@ -59,6 +63,8 @@ pub enum IntIsa {
     AvxVnni,
     /// x86-64 AVX-512 VNNI (512-bit `vpdpbusd`).
     Avx512Vnni,
+    /// x86-64 AMX-INT8 tiles (`tdpbssd`, Linux granting the tile state), with AVX-512F.
+    Amx,
     /// aarch64 NEON (widening multiplies).
     Neon,
     /// aarch64 NEON with the `dotprod` extension (`sdot`).
@@ -75,6 +81,7 @@ impl IntIsa {
             IntIsa::Avx2,
             IntIsa::AvxVnni,
             IntIsa::Avx512Vnni,
+            IntIsa::Amx,
         ]
         .into_iter()
         .filter(|i| i.is_available())
@@ -95,6 +102,8 @@ impl IntIsa {
             IntIsa::Avx512Vnni => {
                 Isa::Avx512.is_available() && std::arch::is_x86_feature_detected!("avx512vnni")
             }
+            #[cfg(target_arch = "x86_64")]
+            IntIsa::Amx => Isa::Avx512.is_available() && amx::available(),
             #[cfg(target_arch = "aarch64")]
             IntIsa::Neon => Isa::Neon.is_available(),
             #[cfg(target_arch = "aarch64")]
@@ -108,7 +117,8 @@ impl IntIsa {
 
     /// The best int8 path that goes with the f32 path `isa`: scalar stays scalar (so
     /// [`aria_core::cpu::with_isa`]`(Isa::Scalar, …)` selects every reference), AVX2 takes
-    /// AVX-VNNI where present, AVX-512 takes AVX-512 VNNI where present (else as AVX2), NEON
+    /// AVX-VNNI where present, AVX-512 takes the AMX tiles where present, else AVX-512 VNNI
+    /// where present (else as AVX2), NEON
     /// takes `sdot` where present.
     pub fn for_isa(isa: Isa) -> IntIsa {
         static BEST: OnceLock<[IntIsa; 4]> = OnceLock::new();
@@ -122,7 +132,12 @@ impl IntIsa {
             [
                 IntIsa::Scalar,
                 pick(&[IntIsa::AvxVnni, IntIsa::Avx2]),
-                pick(&[IntIsa::Avx512Vnni, IntIsa::AvxVnni, IntIsa::Avx2]),
+                pick(&[
+                    IntIsa::Amx,
+                    IntIsa::Avx512Vnni,
+                    IntIsa::AvxVnni,
+                    IntIsa::Avx2,
+                ]),
                 pick(&[IntIsa::NeonDot, IntIsa::Neon]),
             ]
         });
@@ -141,6 +156,7 @@ impl IntIsa {
             IntIsa::Avx2 => "avx2",
             IntIsa::AvxVnni => "avx-vnni",
             IntIsa::Avx512Vnni => "avx512-vnni",
+            IntIsa::Amx => "amx-int8",
             IntIsa::Neon => "neon",
             IntIsa::NeonDot => "neon-dotprod",
         }
@@ -156,6 +172,8 @@ impl IntIsa {
         match self {
             #[cfg(target_arch = "x86_64")]
             IntIsa::Avx512Vnni => avx512::INR,
+            #[cfg(target_arch = "x86_64")]
+            IntIsa::Amx => amx::INR,
             _ => scalar::INR,
         }
     }
@@ -165,6 +183,8 @@ impl IntIsa {
         match self {
             #[cfg(target_arch = "x86_64")]
             IntIsa::Avx512Vnni => avx512::IMR,
+            #[cfg(target_arch = "x86_64")]
+            IntIsa::Amx => amx::IMR,
             _ => scalar::IMR,
         }
     }
@@ -188,53 +208,25 @@ pub(crate) fn checked(isa: Isa) -> Isa {
     }
 }
 
-/// Panel width of the f32 tile on `isa`.
-pub(crate) fn f32_panel_width(isa: Isa) -> usize {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => avx512::NR,
-        _ => scalar::NR,
+/// What an int8 path needs set up on the thread for its tiles (the AMX tile configuration),
+/// held for the duration of a task.
+pub(crate) struct TileScope {
+    #[cfg(target_arch = "x86_64")]
+    _amx: Option<amx::Tiles>,
+}
+
+impl TileScope {
+    /// Set up `isa` (which must come from [`IntIsa::checked`]) on this thread.
+    pub(crate) fn enter(isa: IntIsa) -> TileScope {
+        TileScope {
+            #[cfg(target_arch = "x86_64")]
+            _amx: (isa == IntIsa::Amx).then(amx::Tiles::configure),
+        }
     }
 }
 
-/// Most rows of one f32 tile on `isa`.
-pub(crate) fn f32_tile_rows(isa: Isa) -> usize {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => avx512::MR,
-        _ => scalar::MR,
-    }
-}
-
-/// The f32 tile on `isa` (which must come from [`checked`]).
-#[allow(clippy::too_many_arguments)]
-#[inline]
-pub(crate) fn tile_f32(
-    isa: Isa,
-    mr: usize,
-    kc: usize,
-    a: &[f32],
-    lda: usize,
-    bp: &[f32],
-    c: &mut [f32],
-    ldc: usize,
-    nc: usize,
-) {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `checked` only keeps AVX2 when AVX2 and FMA were detected.
-        Isa::Avx2 => unsafe { avx2::tile_f32(mr, kc, a, lda, bp, c, ldc, nc) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `checked` only keeps AVX-512 when AVX-512F, AVX2 and FMA were detected.
-        Isa::Avx512 => unsafe { avx512::tile_f32(mr, kc, a, lda, bp, c, ldc, nc) },
-        #[cfg(target_arch = "aarch64")]
-        // SAFETY: `checked` only keeps NEON when NEON was detected.
-        Isa::Neon => unsafe { neon::tile_f32(mr, kc, a, lda, bp, c, ldc, nc) },
-        _ => scalar::tile_f32(mr, kc, a, lda, bp, c, ldc, nc),
-    }
-}
-
-/// The int8 tile on `isa` (which must come from [`IntIsa::checked`]).
+/// The int8 tile on `isa` (which must come from [`IntIsa::checked`]), inside a
+/// [`TileScope`] of it.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub(crate) fn tile_i8(
@@ -259,6 +251,10 @@ pub(crate) fn tile_i8(
         // SAFETY: `checked` only keeps AVX-512 VNNI when AVX-512F and AVX-512 VNNI were
         // detected.
         IntIsa::Avx512Vnni => unsafe { avx512::tile_i8(mr, a, lda, w, c, ldc, nc, raw) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `checked` only keeps AMX where the tiles are granted; every caller of
+        // `tile_i8` (the W8A8 tasks) holds a `TileScope` of the path on this thread.
+        IntIsa::Amx => unsafe { amx::tile_i8(mr, a, lda, w, c, ldc, nc, raw) },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: `checked` only keeps NEON when NEON was detected.
         IntIsa::Neon => unsafe { neon::tile_i8(mr, a, lda, w, c, ldc, nc, raw) },

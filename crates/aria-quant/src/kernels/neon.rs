@@ -1,17 +1,13 @@
-//! aarch64 NEON micro-kernels: the f32 tile on 6 × 16 (`fmla`), and the int8 tile on 4 × 16
+//! aarch64 NEON micro-kernels: the int8 tile on 4 × 16
 //! with signed activations, either with plain NEON (`smull`/`smull2`, `addp`, `sadalp`: every
 //! pair sum stays within `2 · 127²`, so i16 never overflows) or with `sdot` (the `dotprod`
 //! extension, through inline assembly because its intrinsic is not stable).
 
 use std::arch::aarch64::*;
 
-use super::scalar::{f32_extents_ok, int_extents_ok};
+use super::scalar::int_extents_ok;
 use super::IntPanel;
 
-/// f32 tile rows.
-pub(crate) const MR: usize = 6;
-/// f32 panel width.
-pub(crate) const NR: usize = 16;
 /// int8 tile rows.
 pub(crate) const IMR: usize = 4;
 /// int8 panel width.
@@ -53,80 +49,6 @@ unsafe fn store_row(p: *mut f32, n: usize, v: [float32x4_t; 4]) {
                 vst1q_f32(t.as_mut_ptr().add(4 * i), *x);
             }
             std::ptr::copy_nonoverlapping(t.as_ptr(), p, n);
-        }
-    }
-}
-
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn f32_tile<const M: usize>(
-    kc: usize,
-    a: *const f32,
-    lda: usize,
-    bp: *const f32,
-    c: *mut f32,
-    ldc: usize,
-    nc: usize,
-) {
-    // SAFETY: the caller checked the extents and runs with NEON.
-    unsafe {
-        let mut acc = [[vdupq_n_f32(0.0); 4]; M];
-        for (r, v) in acc.iter_mut().enumerate() {
-            *v = load_row(c.add(r * ldc), nc);
-        }
-        for k in 0..kc {
-            let b = [
-                vld1q_f32(bp.add(k * NR)),
-                vld1q_f32(bp.add(k * NR + 4)),
-                vld1q_f32(bp.add(k * NR + 8)),
-                vld1q_f32(bp.add(k * NR + 12)),
-            ];
-            for (r, v) in acc.iter_mut().enumerate() {
-                let av = vdupq_n_f32(*a.add(r * lda + k));
-                for i in 0..4 {
-                    v[i] = vfmaq_f32(v[i], av, b[i]);
-                }
-            }
-        }
-        for (r, v) in acc.iter().enumerate() {
-            store_row(c.add(r * ldc), nc, *v);
-        }
-    }
-}
-
-/// As [`super::scalar::tile_f32`] on 6 × 16 tiles.
-///
-/// # Safety
-/// The CPU must support NEON.
-///
-/// # Panics
-/// If a slice is shorter than the extents the call touches.
-#[target_feature(enable = "neon")]
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn tile_f32(
-    mr: usize,
-    kc: usize,
-    a: &[f32],
-    lda: usize,
-    bp: &[f32],
-    c: &mut [f32],
-    ldc: usize,
-    nc: usize,
-) {
-    assert!(
-        f32_extents_ok(MR, NR, mr, kc, a, lda, bp, c, ldc, nc),
-        "tile_f32 extents"
-    );
-    let (a, bp, c) = (a.as_ptr(), bp.as_ptr(), c.as_mut_ptr());
-    // SAFETY: extents checked above; NEON guaranteed by the caller.
-    unsafe {
-        match mr {
-            1 => f32_tile::<1>(kc, a, lda, bp, c, ldc, nc),
-            2 => f32_tile::<2>(kc, a, lda, bp, c, ldc, nc),
-            3 => f32_tile::<3>(kc, a, lda, bp, c, ldc, nc),
-            4 => f32_tile::<4>(kc, a, lda, bp, c, ldc, nc),
-            5 => f32_tile::<5>(kc, a, lda, bp, c, ldc, nc),
-            _ => f32_tile::<MR>(kc, a, lda, bp, c, ldc, nc),
         }
     }
 }

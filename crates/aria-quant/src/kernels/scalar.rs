@@ -3,69 +3,10 @@
 
 use super::IntPanel;
 
-/// Panel width (columns) of the f32 tile on this path.
-pub(crate) const NR: usize = 16;
-/// Most rows of one f32 tile call.
-pub(crate) const MR: usize = 6;
 /// Panel width (columns) of the int8 tile on this path.
 pub(crate) const INR: usize = 16;
 /// Most rows of one int8 tile call.
 pub(crate) const IMR: usize = 4;
-
-/// Whether an f32 tile call stays inside its slices.
-#[inline]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn f32_extents_ok(
-    mr_max: usize,
-    nr: usize,
-    mr: usize,
-    kc: usize,
-    a: &[f32],
-    lda: usize,
-    bp: &[f32],
-    c: &[f32],
-    ldc: usize,
-    nc: usize,
-) -> bool {
-    (1..=mr_max).contains(&mr)
-        && nc <= nr
-        && bp.len() >= kc * nr
-        && (kc == 0 || a.len() >= (mr - 1) * lda + kc)
-        && (nc == 0 || c.len() >= (mr - 1) * ldc + nc)
-}
-
-/// f32 micro-kernel: `C[r][j] ← C[r][j] + Σ_k A[r·lda + k] · Bp[k·NR + j]` for `r < mr`,
-/// `j < nc`, `k < kc`, as one fused multiply-add chain per output that starts from the value
-/// in C and runs over `k` in order (`Bp` is a dequantized panel of [`NR`] columns).
-///
-/// # Panics
-/// If a slice is shorter than the extents above.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn tile_f32(
-    mr: usize,
-    kc: usize,
-    a: &[f32],
-    lda: usize,
-    bp: &[f32],
-    c: &mut [f32],
-    ldc: usize,
-    nc: usize,
-) {
-    assert!(
-        f32_extents_ok(MR, NR, mr, kc, a, lda, bp, c, ldc, nc),
-        "tile_f32 extents"
-    );
-    for r in 0..mr {
-        let ar = &a[r * lda..r * lda + kc];
-        for j in 0..nc {
-            let mut acc = c[r * ldc + j];
-            for (k, av) in ar.iter().enumerate() {
-                acc = av.mul_add(bp[k * NR + j], acc);
-            }
-            c[r * ldc + j] = acc;
-        }
-    }
-}
 
 /// Whether an int8 tile call stays inside its slices.
 #[inline]
