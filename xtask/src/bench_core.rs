@@ -19,6 +19,9 @@
 //! (Linux `schedstat`; wall time elsewhere), so that time given to other processes on a shared
 //! machine is not counted; multi-threaded rows use wall time.
 //!
+//! Then, single-threaded, the int8 section ([`crate::bench_core_int8`]): the W8A8 product on
+//! every int8 path as a share of the probed int8 peak, next to f32 and weight-only q8.
+//!
 //! Options: `--reps N` (default 5), `--threads a,b` (default 1,2), `--quick` (smallest shapes).
 
 use std::hint::black_box;
@@ -68,7 +71,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
     Ok(o)
 }
 
-fn randn(n: usize, seed: u64) -> Vec<f32> {
+pub(crate) fn randn(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..n)
         .map(|_| {
@@ -86,7 +89,7 @@ fn tensor(v: Vec<f32>, shape: &[usize]) -> Result<Tensor, String> {
 
 /// GFLOP/s of `threads` OS threads each running `probe` (worth `flops`) once, side by side.
 /// With one thread the probe's on-CPU time is used (see [`Clock`]).
-fn peak_on(threads: usize, flops: f64, probe: impl Fn() -> f32 + Sync) -> f64 {
+pub(crate) fn peak_on(threads: usize, flops: f64, probe: impl Fn() -> f32 + Sync) -> f64 {
     if threads <= 1 {
         let c = Clock::start(true);
         black_box(probe());
@@ -330,11 +333,11 @@ fn gemm_attention(
     }
 }
 
-struct Row {
+pub(crate) struct Row {
     what: String,
     threads: usize,
     /// Median GFLOP/s of ours.
-    gflops: f64,
+    pub(crate) gflops: f64,
     /// Median of the per-repetition ratios ours / FMA peak measured next to it.
     of_peak: Option<f64>,
     /// Median GFLOP/s of the baseline.
@@ -343,7 +346,7 @@ struct Row {
     ratio: Option<f64>,
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
+pub(crate) fn median(mut v: Vec<f64>) -> Option<f64> {
     if v.is_empty() {
         return None;
     }
@@ -353,7 +356,7 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 
 /// Interleave, per repetition: an FMA-peak probe, our op, and the baseline (each once, after one
 /// warm-up), so that the ratios compare runs made under the same machine load.
-fn measure(
+pub(crate) fn measure(
     what: String,
     nt: usize,
     reps: usize,
@@ -634,5 +637,6 @@ pub fn run(args: &[String]) -> Result<(), String> {
             );
         }
     }
+    crate::bench_core_int8::run(o.reps, o.quick, p512.or(p256))?;
     Ok(())
 }

@@ -8,6 +8,7 @@ mod bench_cache;
 mod bench_clap;
 mod bench_codec;
 mod bench_core;
+mod bench_core_int8;
 mod bench_dit;
 mod bench_e2e;
 mod bench_index;

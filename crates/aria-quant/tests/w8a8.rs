@@ -163,6 +163,29 @@ fn activation_quantization() {
     assert_eq!(z.scale, vec![0.0]);
     let nan = quantize_activations(&[1.0, f32::NAN], 1, 2, false);
     assert!(nan.scale[0].is_nan());
+    // Every f32 path quantizes to the same bytes and scales (rows of 1 to 40 values: vector
+    // bodies and tails; ties, zeros, specials).
+    let mut rng = Rng::new(23);
+    for k in [1, 5, 16, 17, 31, 32, 40] {
+        let mut x = rng.normals(6 * k, 3.0);
+        x[0] = 0.5;
+        x[k.min(5) - 1] = -2.5;
+        x[k..2 * k].fill(0.0);
+        x[2 * k] = f32::INFINITY;
+        x[3 * k] = f32::NAN;
+        x[4 * k] = -0.0;
+        for offset in [false, true] {
+            let want = aria_core::cpu::with_isa(aria_core::cpu::Isa::Scalar, || {
+                quantize_activations(&x, 6, k, offset)
+            });
+            for isa in aria_core::cpu::Isa::available() {
+                let got = aria_core::cpu::with_isa(isa, || quantize_activations(&x, 6, k, offset));
+                assert_eq!(got.q, want.q, "{} k {k}", isa.name());
+                let bits = |v: &[f32]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got.scale), bits(&want.scale), "{} k {k}", isa.name());
+            }
+        }
+    }
 }
 
 /// W8A8 tracks the f32 product (per-token int8 activations add ~0.5 % on Gaussian data), and

@@ -202,9 +202,9 @@ pub(crate) unsafe fn tile_i8(
         return;
     }
     let kb = 32 * nblk;
-    // The tile reads 32 whole rows: fewer go through a zero-padded copy.
+    // The tile reads 32 whole rows: where `a` has fewer, they go through a zero-padded copy.
     let mut padded = Vec::new();
-    let (ap, lda) = if mr == IMR {
+    let (ap, lda) = if a.len() >= (IMR - 1) * lda + kb {
         (a.as_ptr(), lda)
     } else {
         padded.resize(IMR * kb, 0u8);
@@ -213,7 +213,10 @@ pub(crate) unsafe fn tile_i8(
         }
         (padded.as_ptr(), kb)
     };
-    let mut buf = [const { MaybeUninit::<i32>::uninit() }; MAX_BLK * 1024];
+    #[repr(C, align(64))]
+    struct Sums([MaybeUninit<i32>; MAX_BLK * 1024]);
+    let mut sums_buf = Sums([const { MaybeUninit::<i32>::uninit() }; MAX_BLK * 1024]);
+    let buf = &mut sums_buf.0;
     // SAFETY: the caller configured the tiles where AMX is granted; `ap` holds 32 rows of `kb`
     // bytes at stride `lda` (checked above, or the padded copy); `w.q` holds nblk blocks of 8
     // panel rows of 32 × 4 bytes (checked above); `buf` holds nblk · 1024 sums.

@@ -156,3 +156,116 @@ pub(crate) unsafe fn tile_i8(
         }
     }
 }
+
+/// Repack 16 whole columns of a `q8_0` panel of width [`INR`] with gathers: for each of `nblk`
+/// blocks, block `b0 + bb` of rows `rows[j] = base + j·row_bytes` (j < 16) into panel columns
+/// `jg..jg + 16` (the layout of [`super::IntPanel`]), its scales into `d`, and with `offset`
+/// `corr = 128 · Σw` (through `vpdpbusd` with ones, exact). The same values as the scalar
+/// repack.
+///
+/// # Safety
+/// AVX-512F and AVX-512 VNNI; `base` valid for 16 rows of `row_bytes ≥ 34·(b0 + nblk)` bytes
+/// with `16·row_bytes < 2³¹`; `q`, `d`, `corr` hold `nblk` blocks of the panel.
+#[target_feature(enable = "avx512f,avx512vnni")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn repack16(
+    base: *const u8,
+    row_bytes: usize,
+    b0: usize,
+    nblk: usize,
+    jg: usize,
+    offset: bool,
+    q: &mut [u8],
+    d: &mut [f32],
+    corr: &mut [i32],
+) {
+    debug_assert!(jg + 16 <= INR && q.len() >= nblk * 32 * INR && d.len() >= nblk * INR);
+    // SAFETY: every gather reads 4 bytes inside block b0 + bb of one of the 16 rows (offsets
+    // 0..4 for the scale, 2 + 4·k4..6 + 4·k4 ≤ 34 for the weights); the stores write 64 bytes
+    // of `q` and 16 values of `d`/`corr` inside the panel's nblk blocks.
+    unsafe {
+        let rb = row_bytes as i32;
+        let idx = _mm512_mullo_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            _mm512_set1_epi32(rb),
+        );
+        let ones = _mm512_set1_epi8(1);
+        for bb in 0..nblk {
+            let p = base.add((b0 + bb) * 34);
+            let mut sum = _mm512_setzero_si512();
+            for k4 in 0..8 {
+                let g = _mm512_i32gather_epi32::<1>(idx, p.add(2 + 4 * k4).cast());
+                if offset {
+                    sum = _mm512_dpbusd_epi32(sum, ones, g);
+                }
+                _mm512_storeu_si512(q.as_mut_ptr().add(((bb * 8 + k4) * INR + jg) * 4).cast(), g);
+            }
+            let h = _mm512_cvtepi32_epi16(_mm512_i32gather_epi32::<1>(idx, p.cast()));
+            _mm512_storeu_ps(d.as_mut_ptr().add(bb * INR + jg), _mm512_cvtph_ps(h));
+            let c = if offset {
+                _mm512_slli_epi32::<7>(sum)
+            } else {
+                _mm512_setzero_si512()
+            };
+            _mm512_storeu_si512(corr.as_mut_ptr().add(bb * INR + jg).cast(), c);
+        }
+    }
+}
+
+/// One row of [`super::quantize_activations`] with AVX-512F: the same scale and bytes as the
+/// portable row (the maximum is exact in any order, each value is one multiplication and a
+/// round to nearest even, then the same clamp and offset).
+///
+/// # Safety
+/// AVX-512F; `qr.len() ≥ xr.len()`.
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn quantize_row(xr: &[f32], offset: bool, qr: &mut [u8], s: &mut f32) {
+    debug_assert!(qr.len() >= xr.len());
+    let n = xr.len();
+    let mask = |i: usize| -> u16 {
+        let left = n - i;
+        if left >= 16 {
+            0xffff
+        } else {
+            (1u32 << left) as u16 - 1
+        }
+    };
+    // SAFETY: every load and store is masked to the `n` elements of `xr` and `qr` (the caller
+    // guarantees `qr` holds at least `n`).
+    unsafe {
+        let inf = _mm512_set1_ps(f32::INFINITY);
+        let mut amax = _mm512_setzero_ps();
+        let mut bad: u16 = 0;
+        let mut i = 0;
+        while i < n {
+            let m = mask(i);
+            let v = _mm512_abs_ps(_mm512_maskz_loadu_ps(m, xr.as_ptr().add(i)));
+            // Not less than ∞: ∞ itself, or NaN (unordered).
+            bad |= _mm512_mask_cmp_ps_mask::<_CMP_NLT_UQ>(m, v, inf);
+            amax = _mm512_max_ps(amax, v);
+            i += 16;
+        }
+        if bad != 0 {
+            *s = f32::NAN;
+            return;
+        }
+        let amax = _mm512_reduce_max_ps(amax);
+        if amax == 0.0 {
+            return;
+        }
+        *s = amax / 127.0;
+        let inv = _mm512_set1_ps(127.0 / amax);
+        let (lo, hi) = (_mm512_set1_epi32(-127), _mm512_set1_epi32(127));
+        let off = _mm512_set1_epi32(if offset { 128 } else { 0 });
+        let mut i = 0;
+        while i < n {
+            let m = mask(i);
+            let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xr.as_ptr().add(i)), inv);
+            let r =
+                _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
+            let r = _mm512_add_epi32(_mm512_max_epi32(_mm512_min_epi32(r, hi), lo), off);
+            _mm512_mask_cvtepi32_storeu_epi8(qr.as_mut_ptr().add(i).cast(), m, r);
+            i += 16;
+        }
+    }
+}

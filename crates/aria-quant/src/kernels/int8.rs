@@ -1,5 +1,6 @@
 //! W8A8: per-token int8 activations × `q8_0` weights with exact int32 block sums.
 
+use aria_core::cpu::aligned::LineAligned;
 use rayon::prelude::*;
 
 use super::{col_block, row_block, tile_i8, IntIsa, IntPanel, TileScope};
@@ -31,24 +32,31 @@ pub struct QuantizedActs {
 
 /// Quantize `x [m, k]` per row: `s = max|x| / 127`, `q = round_ties_even(x · (127 / max|x|))`
 /// clamped to ±127 (a zero row has `s = 0`, `q = 0`). With `offset`, bytes hold `q + 128`.
-/// Runs on the current rayon pool; every path uses these same bytes.
+/// Runs on the current rayon pool, on the calling thread's f32 path (AVX-512F, AVX2 or
+/// portable: the same bytes on each); every int8 path uses these same bytes.
 pub fn quantize_activations(x: &[f32], m: usize, k: usize, offset: bool) -> QuantizedActs {
     let kp = k.div_ceil(32) * 32;
     let mut q = vec![if offset { 128u8 } else { 0 }; m * kp];
     let mut scale = vec![0f32; m];
+    let isa = aria_core::cpu::current();
     if kp > 0 {
         q.par_chunks_mut(kp)
             .zip(scale.par_iter_mut())
             .enumerate()
             .for_each(|(r, (qr, s))| {
                 let xr = &x[r * k..(r + 1) * k];
-                #[cfg(target_arch = "x86_64")]
-                if aria_core::cpu::Isa::Avx2.is_available() {
-                    // SAFETY: AVX2 was detected just now.
-                    unsafe { quantize_row_avx2(xr, offset, qr, s) };
-                    return;
+                match isa {
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: `current` only yields AVX-512 where AVX-512F was detected; `qr`
+                    // holds kp ≥ k bytes.
+                    aria_core::cpu::Isa::Avx512 => unsafe {
+                        super::avx512::quantize_row(xr, offset, qr, s)
+                    },
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: `current` only yields AVX2 where AVX2 was detected.
+                    aria_core::cpu::Isa::Avx2 => unsafe { quantize_row_avx2(xr, offset, qr, s) },
+                    _ => quantize_row(xr, offset, qr, s),
                 }
-                quantize_row(xr, offset, qr, s);
             });
     }
     QuantizedActs {
@@ -93,7 +101,8 @@ unsafe fn quantize_row_avx2(xr: &[f32], offset: bool, qr: &mut [u8], s: &mut f32
 }
 
 /// Repack weight rows `j0..j0 + nc` (of a `q8_0` matrix), blocks `b0..b0 + nblk`, into an
-/// [`IntPanel`] of width `nr` (columns past `nc` zero).
+/// [`IntPanel`] of width `nr` (columns past `nc` zero); with `gathers` (AVX-512F and VNNI
+/// present, `nr` = 32) 16 columns at a time through [`super::avx512::repack16`].
 #[allow(clippy::too_many_arguments)]
 fn repack(
     w: &WView<'_>,
@@ -103,6 +112,7 @@ fn repack(
     nblk: usize,
     nr: usize,
     offset: bool,
+    gathers: bool,
     q: &mut [u8],
     d: &mut [f32],
     corr: &mut [i32],
@@ -114,7 +124,37 @@ fn repack(
     }
     // The panel as 4-byte groups: group `(bb·8 + k4)·nr + j` is bytes 4k4..4k4 + 4 of column
     // j's block bb (`q` is a multiple of 4 bytes long; groups are copied as they are).
-    for j in 0..nc {
+    let mut j_start = 0;
+    #[cfg(target_arch = "x86_64")]
+    if nr == super::avx512::INR && gathers {
+        while j_start + 16 <= nc {
+            let row = w.row(j0 + j_start);
+            assert!(
+                w.bytes.len() >= (j0 + j_start + 16) * w.row_bytes
+                    && row.len() >= 34 * (b0 + nblk)
+                    && 16 * w.row_bytes < (1 << 31),
+                "repack extents"
+            );
+            // SAFETY: `gathers` is only set on paths with AVX-512F and AVX-512 VNNI; the 16
+            // rows from `row` lie inside the weight (checked above) and the panel holds nblk
+            // blocks of width INR (the callers' slices).
+            unsafe {
+                super::avx512::repack16(
+                    row.as_ptr(),
+                    w.row_bytes,
+                    b0,
+                    nblk,
+                    j_start,
+                    offset,
+                    q,
+                    d,
+                    corr,
+                )
+            };
+            j_start += 16;
+        }
+    }
+    for j in j_start..nc {
         let blocks: &[BlockQ8_0] = bytemuck::cast_slice(w.row(j0 + j));
         for (bb, blk) in blocks[b0..b0 + nblk].iter().enumerate() {
             d[bb * nr + j] = blk.scale();
@@ -157,7 +197,9 @@ fn task(
     let np = nb.div_ceil(nr);
     let nblocks = w.cols.div_ceil(32);
     let kp = acts.kp;
-    let mut q = vec![0u8; np * SLAB_BLOCKS * 32 * nr];
+    // Panels start cache lines (a tile row of the AMX path is then one line).
+    let mut qbuf = LineAligned::zeroed(np * SLAB_BLOCKS * 8 * nr);
+    let q: &mut [u8] = bytemuck::cast_slice_mut(&mut qbuf[..]);
     let mut d = vec![0f32; np * SLAB_BLOCKS * nr];
     let mut corr = vec![0i32; np * SLAB_BLOCKS * nr];
     let mut rbuf = if raw.is_some() {
@@ -166,6 +208,16 @@ fn task(
         Vec::new()
     };
     let _scope = TileScope::enter(isa);
+    let gathers = matches!(isa, IntIsa::Amx | IntIsa::Avx512Vnni);
+    // The AMX path reads whole tiles of 32 rows: the slab's rows are copied to lines of their
+    // own (zero rows up to a multiple of 32).
+    let tiles = isa == IntIsa::Amx;
+    let slab = SLAB_BLOCKS * 32;
+    let mut abuf = LineAligned::zeroed(if tiles {
+        mb.div_ceil(32) * 32 * slab / 4
+    } else {
+        0
+    });
     let mut b0 = 0;
     while b0 < nblocks {
         let nblk = SLAB_BLOCKS.min(nblocks - b0);
@@ -180,15 +232,28 @@ fn task(
                 nblk,
                 nr,
                 acts.offset,
+                gathers,
                 &mut q[p * qs..p * qs + nblk * 32 * nr],
                 &mut d[p * ds..p * ds + nblk * nr],
                 &mut corr[p * ds..p * ds + nblk * nr],
             );
         }
+        if tiles {
+            let ab: &mut [u8] = bytemuck::cast_slice_mut(&mut abuf[..]);
+            for r in 0..mb {
+                let src = &acts.q[(m0 + r) * kp + 32 * b0..][..32 * nblk];
+                ab[r * slab..r * slab + 32 * nblk].copy_from_slice(src);
+            }
+        }
+        let (abytes, lda): (&[u8], usize) = if tiles {
+            (bytemuck::cast_slice(&abuf[..]), slab)
+        } else {
+            (&acts.q[m0 * kp + 32 * b0..], kp)
+        };
         let mut i0 = 0;
         while i0 < mb {
             let mr = mr_max.min(mb - i0);
-            let a = &acts.q[(m0 + i0) * kp + 32 * b0..];
+            let a = &abytes[i0 * lda..];
             for p in 0..np {
                 let nc = nr.min(nb - p * nr);
                 let panel = IntPanel {
@@ -200,10 +265,10 @@ fn task(
                 };
                 let ct = &mut c[i0 * nb + p * nr..];
                 match raw.as_deref_mut() {
-                    None => tile_i8(isa, mr, a, kp, &panel, ct, nb, nc, None),
+                    None => tile_i8(isa, mr, a, lda, &panel, ct, nb, nc, None),
                     Some(ro) => {
                         let ldr = nblk * nr;
-                        tile_i8(isa, mr, a, kp, &panel, ct, nb, nc, Some((&mut rbuf, ldr)));
+                        tile_i8(isa, mr, a, lda, &panel, ct, nb, nc, Some((&mut rbuf, ldr)));
                         for r in 0..mr {
                             for bb in 0..nblk {
                                 for j in 0..nc {

@@ -64,6 +64,8 @@ pub enum IntIsa {
     /// x86-64 AVX-512 VNNI (512-bit `vpdpbusd`).
     Avx512Vnni,
     /// x86-64 AMX-INT8 tiles (`tdpbssd`, Linux granting the tile state), with AVX-512F.
+    /// `q8_0`'s per-32 scales make each tile product K = 32, and its sums go through memory
+    /// (one cache line a tile row) to be scaled by AVX-512.
     Amx,
     /// aarch64 NEON (widening multiplies).
     Neon,
