@@ -104,13 +104,27 @@ fn fma_peak_gflops() -> Option<f64> {
 
 /// The DiT precision a child loads at: `ARIA_BENCH_PRECISION` (a `--precision` name; unset:
 /// as stored).
-pub(crate) fn precision_from_env() -> Result<Option<aria::quant::WeightPrecision>, String> {
+pub(crate) fn precision_from_env() -> Result<(Option<aria::quant::WeightPrecision>, bool), String> {
     match std::env::var("ARIA_BENCH_PRECISION") {
-        Ok(p) => aria::quant::WeightPrecision::parse(&p)
-            .map(Some)
+        Ok(p) => parse_precision(&p)
+            .map(|(p, w)| (Some(p), w))
             .map_err(|e| format!("ARIA_BENCH_PRECISION: {e}")),
-        Err(_) => Ok(None),
+        Err(_) => Ok((None, false)),
     }
+}
+
+/// A precision name as the benches take it: a [`aria::quant::WeightPrecision`] name, or
+/// `q8+w8a8` (q8 with W8A8 products), and whether W8A8 is on.
+pub(crate) fn parse_precision(name: &str) -> Result<(aria::quant::WeightPrecision, bool), String> {
+    let (base, w8a8) = match name.strip_suffix("+w8a8") {
+        Some(b) => (b, true),
+        None => (name, false),
+    };
+    let p = aria::quant::WeightPrecision::parse(base).map_err(|e| e.to_string())?;
+    if w8a8 && p != aria::quant::WeightPrecision::Q8 {
+        return Err(format!("`{name}`: W8A8 runs on q8 only (q8+w8a8)"));
+    }
+    Ok((p, w8a8))
 }
 
 /// The child: one generation, printed as `RESULT key=value ...`.
@@ -128,9 +142,11 @@ fn child(model: &Path, seconds: f64, steps: usize) -> Result<(), String> {
             ))
         }
     };
+    let (precision, w8a8) = precision_from_env()?;
     let opts = LoadOptions {
         device,
-        precision: precision_from_env()?,
+        precision,
+        w8a8,
         ..Default::default()
     };
     let pipe = Pipeline::load(&files, &opts).map_err(|e| e.to_string())?;

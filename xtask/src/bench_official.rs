@@ -32,7 +32,8 @@
 //! Options: `--ref-dir DIR`, `--model DIR`, `--harness DIR` (default `../shared/ref-harness`
 //! next to the workspace, or `ARIA_REF_HARNESS`), `--seconds a,b` (default 10,30), `--reps N`
 //! (default 2), `--rounds N` (default 2), `--threads N` (default: every CPU), `--no-e2e`,
-//! `--no-components`.
+//! `--no-components`, `--precision LIST` (aria's precisions, each with its own table: `f32`,
+//! `fast`, `bf16-dot`, `q8`, `q8+w8a8`, … ; default `f32`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -105,7 +106,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
                     .filter(|p| !p.is_empty())
                     .collect();
                 for p in &o.precisions {
-                    aria::quant::WeightPrecision::parse(p).map_err(|e| format!("{a}: {e}"))?;
+                    crate::bench_e2e::parse_precision(p).map_err(|e| format!("{a}: {e}"))?;
                 }
                 if o.precisions.is_empty() {
                     return Err(format!("{a} needs at least one precision"));
@@ -135,6 +136,7 @@ pub fn machine_line() -> String {
         "avx512_bf16",
         "avx512_vnni",
         "amx_bf16",
+        "amx_int8",
     ]
     .iter()
     .map(|f| format!("{f}={}", if have.contains(f) { "yes" } else { "no" }))
@@ -441,8 +443,10 @@ fn child(model: &Path, seconds: &str, reps: usize) -> Result<(), String> {
     let t0 = Instant::now();
     let files =
         resolve_model(&model.display().to_string(), &SearchPaths::default()).map_err(|x| e(&x))?;
+    let (precision, w8a8) = crate::bench_e2e::precision_from_env()?;
     let opts = LoadOptions {
-        precision: crate::bench_e2e::precision_from_env()?,
+        precision,
+        w8a8,
         ..Default::default()
     };
     let pipe = Pipeline::load(&files, &opts).map_err(|x| e(&x))?;
