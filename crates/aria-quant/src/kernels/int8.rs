@@ -124,20 +124,29 @@ fn repack(
     }
     // The panel as 4-byte groups: group `(bb·8 + k4)·nr + j` is bytes 4k4..4k4 + 4 of column
     // j's block bb (`q` is a multiple of 4 bytes long; groups are copied as they are).
+    // Columns done by the gather repack (x86-64 only).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut j_start = 0;
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = gathers;
     #[cfg(target_arch = "x86_64")]
-    if nr == super::avx512::INR && gathers {
-        while j_start + 16 <= nc {
+    if nr == super::avx512::INR
+        && gathers
+        && 16 * w.row_bytes < (1 << 31)
+        && q.len() >= nblk * 32 * nr
+        && d.len() >= nblk * nr
+        && corr.len() >= nblk * nr
+    {
+        // Whole groups of 16 rows inside the weight whose blocks reach b0 + nblk (anything
+        // else goes through the portable loop below).
+        while j_start + 16 <= nc
+            && w.bytes.len() >= (j0 + j_start + 16) * w.row_bytes
+            && w.row_bytes >= 34 * (b0 + nblk)
+        {
             let row = w.row(j0 + j_start);
-            assert!(
-                w.bytes.len() >= (j0 + j_start + 16) * w.row_bytes
-                    && row.len() >= 34 * (b0 + nblk)
-                    && 16 * w.row_bytes < (1 << 31),
-                "repack extents"
-            );
-            // SAFETY: `gathers` is only set on paths with AVX-512F and AVX-512 VNNI; the 16
-            // rows from `row` lie inside the weight (checked above) and the panel holds nblk
-            // blocks of width INR (the callers' slices).
+            // SAFETY: `gathers` is only set where AVX-512F and AVX-512 VNNI were detected; the
+            // 16 rows from `row` lie inside the weight and the panel holds nblk blocks of width
+            // INR (both checked above).
             unsafe {
                 super::avx512::repack16(
                     row.as_ptr(),
@@ -208,7 +217,9 @@ fn task(
         Vec::new()
     };
     let _scope = TileScope::enter(isa);
-    let gathers = matches!(isa, IntIsa::Amx | IntIsa::Avx512Vnni);
+    // The gather repack needs AVX-512 VNNI (every AMX CPU has it; checked all the same).
+    let gathers =
+        matches!(isa, IntIsa::Amx | IntIsa::Avx512Vnni) && IntIsa::Avx512Vnni.is_available();
     // The AMX path reads whole tiles of 32 rows: the slab's rows are copied to lines of their
     // own (zero rows up to a multiple of 32).
     let tiles = isa == IntIsa::Amx;

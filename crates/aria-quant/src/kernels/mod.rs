@@ -220,6 +220,8 @@ pub(crate) struct TileScope {
 impl TileScope {
     /// Set up `isa` (which must come from [`IntIsa::checked`]) on this thread.
     pub(crate) fn enter(isa: IntIsa) -> TileScope {
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = isa;
         TileScope {
             #[cfg(target_arch = "x86_64")]
             _amx: (isa == IntIsa::Amx).then(amx::Tiles::configure),
