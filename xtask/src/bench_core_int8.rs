@@ -87,8 +87,9 @@ fn int8_peak() -> Option<(f64, &'static str)> {
 
 /// Print the int8 table (single-threaded; `reps` repetitions, medians).
 pub(crate) fn run(reps: usize, quick: bool, f32_peak: Option<f64>) -> Result<(), String> {
-    let peak = median((0..reps).filter_map(|_| int8_peak().map(|p| p.0)).collect());
-    let label = int8_peak().map_or("none", |p| p.1);
+    let probes: Vec<(f64, &str)> = (0..reps).filter_map(|_| int8_peak()).collect();
+    let label = probes.first().map_or("none", |p| p.1);
+    let peak = median(probes.iter().map(|p| p.0).collect());
     println!();
     println!("# int8 and q8 products (aria-quant), one thread");
     match peak {

@@ -116,18 +116,7 @@ pub(super) unsafe fn pack_row_avx512(src: &[f32], dst: &mut [u32]) {
     use std::arch::x86_64::*;
     debug_assert!(dst.len() >= 16 && src.len() <= 32);
     let n = src.len();
-    let m0 = if n >= 16 {
-        0xffff
-    } else {
-        (1u32 << n) as u16 - 1
-    };
-    let m1 = if n >= 32 {
-        0xffff
-    } else if n > 16 {
-        (1u32 << (n - 16)) as u16 - 1
-    } else {
-        0
-    };
+    let [m0, m1] = super::lane_masks32(n);
     // SAFETY: the masked loads read only `src[..n]`; the store writes `dst[..16]`.
     unsafe {
         let lo = _mm512_maskz_loadu_ps(m0, src.as_ptr());

@@ -166,6 +166,19 @@ impl Isa {
     }
 }
 
+/// The lane masks of the first `n` of 32 f32 (or i32) held in two 16-lane vectors: all lanes
+/// of both from `n ≥ 32`, none of the second below 17 (for masked AVX-512 loads and stores).
+pub fn lane_masks32(n: usize) -> [u16; 2] {
+    let m = |k: usize| {
+        if k >= 16 {
+            0xffff
+        } else {
+            ((1u32 << k) - 1) as u16
+        }
+    };
+    [m(n.min(32)), m(n.saturating_sub(16).min(16))]
+}
+
 /// The path ops started on this thread use: the one set by an enclosing [`with_isa`], else
 /// [`Isa::detect`].
 pub fn current() -> Isa {

@@ -220,3 +220,16 @@ fn transpose_rows_matches_elementwise() {
         }
     }
 }
+
+/// The lane masks of the first n of 32 values, against a bit-by-bit statement.
+#[test]
+fn lane_masks32_cover_the_first_n() {
+    for n in 0..40usize {
+        let want = |lane: usize| lane < n.min(32);
+        let [a, b] = crate::lane_masks32(n);
+        for l in 0..16 {
+            assert_eq!(a >> l & 1 == 1, want(l), "n {n} lane {l}");
+            assert_eq!(b >> l & 1 == 1, want(16 + l), "n {n} lane {}", 16 + l);
+        }
+    }
+}

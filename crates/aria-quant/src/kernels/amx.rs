@@ -133,18 +133,7 @@ unsafe fn sums(nblk: usize, a: *const u8, lda: usize, q: *const u8, s: *mut i32)
 /// [`tile_i8`] fills them.
 #[target_feature(enable = "avx512f")]
 unsafe fn fold(nblk: usize, s: &[i32], d: &[f32], mr: usize, c: *mut f32, ldc: usize, nc: usize) {
-    let m0 = if nc >= 16 {
-        0xffff
-    } else {
-        (1u32 << nc) as u16 - 1
-    };
-    let m1 = if nc >= 32 {
-        0xffff
-    } else if nc > 16 {
-        (1u32 << (nc - 16)) as u16 - 1
-    } else {
-        0
-    };
+    let [m0, m1] = aria_core::cpu::lane_masks32(nc);
     // SAFETY: the masked loads and stores touch `c[r·ldc..r·ldc + nc]` only; `s` holds
     // nblk · 1024 sums and `d` nblk · 32 scales (checked by the caller).
     unsafe {
