@@ -75,7 +75,19 @@ impl BSrc<'_> {
                     rows: kc,
                 })
             }
-            BSrc::Conv { .. } | BSrc::Rows(_) => None,
+            BSrc::Rows(src) => {
+                let l = src.layout(k0, kc)?;
+                let start = l.start + n0 * l.stride;
+                let end = start + (nb - 1) * l.stride + l.run;
+                (l.run > 0 && end <= l.bytes.len()).then(|| Prefetch {
+                    // SAFETY: start < end ≤ the length of the slice.
+                    base: unsafe { l.bytes.as_ptr().add(start) },
+                    stride: l.stride,
+                    run: l.run,
+                    rows: nb,
+                })
+            }
+            BSrc::Conv { .. } => None,
         }
     }
 }

@@ -363,6 +363,45 @@ impl PackedMatrix {
         Ok(())
     }
 
+    /// `x · Wᵀ + b` into a new `[m, rows]` vector: the bias added after each output's K-sum
+    /// (the bits of adding it to the product afterwards). The weight-only product writes every
+    /// output itself, with the bias, so the vector is not zero-filled first.
+    fn matmul_bias(
+        &self,
+        kernel: Kernel,
+        x: &[f32],
+        m: usize,
+        bias: Option<&[f32]>,
+    ) -> Result<Vec<f32>> {
+        let n = self.rows;
+        if let Kernel::Dequant(isa) = kernel {
+            if x.len() < m * self.cols {
+                return Err(QuantError::Shape {
+                    what: format!("{self:?} matmul"),
+                    reason: format!("x has {} values for m = {m}", x.len()),
+                    shape: vec![m, self.cols],
+                });
+            }
+            let v = self.view()?;
+            let isa = kernels::checked(isa);
+            return Ok(threads::install(|| {
+                kernels::gemm_dequant_vec(isa, &v, x, m, bias)
+            }));
+        }
+        let mut out = vec![0f32; m * n];
+        self.matmul_with(kernel, x, m, &mut out)?;
+        if let Some(bd) = bias.filter(|b| !b.is_empty()) {
+            threads::install(|| {
+                out.par_chunks_mut(n).with_min_len(8).for_each(|row| {
+                    for (o, b) in row.iter_mut().zip(bd) {
+                        *o += b;
+                    }
+                })
+            });
+        }
+        Ok(out)
+    }
+
     /// The exact int32 W8A8 block sums `[m][rows][blocks]` for `x [m, cols]` on the int8 path
     /// `isa` (single-threaded; `q8_0` only). Every path gives the same sums; this exposes
     /// them for tests.
@@ -411,25 +450,18 @@ impl PackedMatrix {
             x.to_cpu()?.to_dtype(DType::F32)?.contiguous()?
         };
         let xd = xf.as_slice::<f32>()?;
-        let mut out = vec![0f32; m * self.rows];
-        self.matmul(xd, m, &mut out)?;
-        if let Some(b) = bias {
-            if b.shape() != [self.rows] {
+        let bd = match bias {
+            Some(b) if b.shape() != [self.rows] => {
                 return Err(QuantError::Shape {
                     what: what(),
                     reason: format!("bias must be [{}]", self.rows),
                     shape: b.shape().to_vec(),
-                });
+                })
             }
-            let bd = b.to_vec_f32()?;
-            if !bd.is_empty() {
-                for row in out.chunks_mut(bd.len()) {
-                    for (o, b) in row.iter_mut().zip(&bd) {
-                        *o += b;
-                    }
-                }
-            }
-        }
+            Some(b) => Some(b.to_vec_f32()?),
+            None => None,
+        };
+        let out = self.matmul_bias(self.kernel(m), xd, m, bd.as_deref())?;
         let mut shape = xs.to_vec();
         if let Some(l) = shape.last_mut() {
             *l = self.rows;

@@ -40,7 +40,7 @@ const PREPACK_MAX: usize = 16 << 20;
 
 mod source;
 
-pub use source::{BSrc, Float, RowSource, WData};
+pub use source::{BSrc, Float, I8Rows, RowLayout, RowSource, WData, I8_GROUP};
 
 /// `C[M, N] = A[M, K] · B[K, N]` with `A[i][k] = a[i·lda + k]` and C row-major (`ldc = N`).
 /// Runs on the current rayon pool; bit-identical for any thread count.

@@ -81,6 +81,57 @@ pub trait RowSource: Sync {
     /// Weight row `row`, columns `k0..k0 + out.len()`, as f32 into `out`. The product calls
     /// it with `k0` a multiple of 256 and `k0 + out.len()` at most the row's length.
     fn read_row(&self, row: usize, k0: usize, out: &mut [f32]);
+
+    /// The same columns as int8 values with one scale (and offset) per [`I8_GROUP`] columns,
+    /// where the format has that form: `q.len()` columns from `k0`, `scale` and `offset`
+    /// holding `q.len().div_ceil(I8_GROUP)` values. Column `c`'s weight is then
+    /// `scale[c / I8_GROUP] · q[c]` ([`I8Rows::Scaled`]) or that less `offset[c / I8_GROUP]`
+    /// ([`I8Rows::ScaledOffset`]), each step rounded in f32, and must be the bits
+    /// [`RowSource::read_row`] gives. The product then dequantizes in registers as it
+    /// transposes, a quarter of the bytes through the cache. `None` (the default): no such form,
+    /// the product reads f32 rows.
+    fn read_row_i8(
+        &self,
+        _row: usize,
+        _k0: usize,
+        _q: &mut [i8],
+        _scale: &mut [f32],
+        _offset: &mut [f32],
+    ) -> Option<I8Rows> {
+        None
+    }
+
+    /// The bytes the rows' columns `k0..k0 + kc` are read from, for prefetching them while the
+    /// product multiplies the previous slab. `None` (the default): not known, no prefetch.
+    fn layout(&self, _k0: usize, _kc: usize) -> Option<RowLayout<'_>> {
+        None
+    }
+}
+
+/// Where a [`RowSource`]'s bytes for a range of columns lie ([`RowSource::layout`]): row `r`'s
+/// run is `bytes[start + r·stride..][..run]`.
+#[derive(Debug, Clone, Copy)]
+pub struct RowLayout<'a> {
+    /// The storage of every row.
+    pub bytes: &'a [u8],
+    /// Offset of row 0's run.
+    pub start: usize,
+    /// Bytes from one row to the next.
+    pub stride: usize,
+    /// Bytes of one row's run.
+    pub run: usize,
+}
+
+/// Columns sharing one scale (and offset) in [`RowSource::read_row_i8`].
+pub const I8_GROUP: usize = 16;
+
+/// How [`RowSource::read_row_i8`]'s values make weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum I8Rows {
+    /// `w = scale · q`.
+    Scaled,
+    /// `w = scale · q − offset` (the product rounded, then the difference).
+    ScaledOffset,
 }
 
 /// Where the B operand comes from.
@@ -164,6 +215,9 @@ impl BSrc<'_> {
                 }
             }
             BSrc::Rows(src) => {
+                if pack_rows_i8(src, k0, kc, j0, nc, nr, out, tmp) {
+                    return;
+                }
                 tmp.resize(TB * kc, 0.0);
                 for g0 in (0..nc).step_by(TB) {
                     let g = TB.min(nc - g0);
@@ -190,6 +244,110 @@ impl BSrc<'_> {
                     }
                 }
             }
+        }
+    }
+}
+
+/// [`BSrc::pack`] for a [`RowSource`] with an int8 form: up to [`TB`] rows read as int8 with
+/// their scales, then dequantized and transposed together ([`transpose_i8_on`]). `false`
+/// (nothing written that the f32 route would not overwrite) when the source has no int8 form.
+#[allow(clippy::too_many_arguments)]
+fn pack_rows_i8(
+    src: &dyn RowSource,
+    k0: usize,
+    kc: usize,
+    j0: usize,
+    nc: usize,
+    nr: usize,
+    out: &mut [f32],
+    tmp: &mut Vec<f32>,
+) -> bool {
+    let ng = kc.div_ceil(I8_GROUP);
+    // tmp: TB rows of kc int8 (in f32 words), then TB × ng scales and TB × ng offsets.
+    let qw = (TB * kc).div_ceil(4);
+    tmp.resize(qw + 2 * TB * ng, 0.0);
+    let (qpart, rest) = tmp.split_at_mut(qw);
+    let q: &mut [i8] = &mut bytemuck::cast_slice_mut::<f32, i8>(qpart)[..TB * kc];
+    let (sc, off) = rest.split_at_mut(TB * ng);
+    for g0 in (0..nc).step_by(TB) {
+        let g = TB.min(nc - g0);
+        let mut mode = None;
+        for r in 0..g {
+            let m = src.read_row_i8(
+                j0 + g0 + r,
+                k0,
+                &mut q[r * kc..(r + 1) * kc],
+                &mut sc[r * ng..(r + 1) * ng],
+                &mut off[r * ng..(r + 1) * ng],
+            );
+            match (m, mode) {
+                (None, _) => return false,
+                (Some(m), Some(prev)) if m != prev => return false,
+                (m, _) => mode = m,
+            }
+        }
+        let off = (mode == Some(I8Rows::ScaledOffset)).then_some(&off[..]);
+        transpose_i8_on(Isa::detect(), (q, kc), (sc, off, ng), g, nr, &mut out[g0..]);
+    }
+    true
+}
+
+/// `out[kk·nr + jj] = sc[jj·ng + kk/16] · q[jj·kc + kk]` (less `off[jj·ng + kk/16]`) for
+/// `jj < nc`, `kk < kc`: int8 rows dequantized into the columns of a panel of width `nr`,
+/// through [`transpose::square_i8`] where the path has it (whole blocks of s rows and s
+/// columns), element by element elsewhere. The same bits on every path.
+fn transpose_i8_on(
+    isa: Isa,
+    (q, kc): (&[i8], usize),
+    (sc, off, ng): (&[f32], Option<&[f32]>, usize),
+    nc: usize,
+    nr: usize,
+    out: &mut [f32],
+) {
+    let one = |jj: usize, kk: usize| {
+        let g = jj * ng + kk / I8_GROUP;
+        let v = sc[g] * q[jj * kc + kk] as f32;
+        match off {
+            Some(o) => v - o[g],
+            None => v,
+        }
+    };
+    let s = transpose::block(isa);
+    let mut jj = 0;
+    if s > 0 && nr.is_multiple_of(s) && I8_GROUP.is_multiple_of(s) && kc >= s {
+        let (mut bs, mut bo) = ([0f32; 16], [0f32; 16]);
+        while jj + s <= nc {
+            let mut kk = 0;
+            while kk + s <= kc {
+                for r in 0..s {
+                    let g = (jj + r) * ng + kk / I8_GROUP;
+                    bs[r] = sc[g];
+                    if let Some(o) = off {
+                        bo[r] = o[g];
+                    }
+                }
+                transpose::square_i8(
+                    isa,
+                    &q[jj * kc + kk..],
+                    kc,
+                    &bs[..s],
+                    off.map(|_| &bo[..s]),
+                    &mut out[kk * nr + jj..],
+                    nr,
+                );
+                kk += s;
+            }
+            for kk in kk..kc {
+                for r in 0..s {
+                    out[kk * nr + jj + r] = one(jj + r, kk);
+                }
+            }
+            jj += s;
+        }
+    }
+    for jj in jj..nc {
+        for kk in 0..kc {
+            out[kk * nr + jj] = one(jj, kk);
         }
     }
 }

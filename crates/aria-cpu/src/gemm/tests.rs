@@ -233,3 +233,99 @@ fn lane_masks32_cover_the_first_n() {
         }
     }
 }
+
+/// Rows of int8 with a scale and offset per 16 columns, read as f32 or (optionally) as int8.
+struct I8Src {
+    q: Vec<i8>,
+    sc: Vec<f32>,
+    off: Option<Vec<f32>>,
+    k: usize,
+    int8: bool,
+}
+
+impl I8Src {
+    fn value(&self, row: usize, col: usize) -> f32 {
+        let g = row * self.k.div_ceil(I8_GROUP) + col / I8_GROUP;
+        let v = self.sc[g] * self.q[row * self.k + col] as f32;
+        self.off.as_ref().map_or(v, |o| v - o[g])
+    }
+}
+
+impl RowSource for I8Src {
+    fn read_row(&self, row: usize, k0: usize, out: &mut [f32]) {
+        for (c, o) in out.iter_mut().enumerate() {
+            *o = self.value(row, k0 + c);
+        }
+    }
+
+    fn read_row_i8(
+        &self,
+        row: usize,
+        k0: usize,
+        q: &mut [i8],
+        scale: &mut [f32],
+        offset: &mut [f32],
+    ) -> Option<I8Rows> {
+        if !self.int8 {
+            return None;
+        }
+        let ng = self.k.div_ceil(I8_GROUP);
+        q.copy_from_slice(&self.q[row * self.k + k0..row * self.k + k0 + q.len()]);
+        let g0 = row * ng + k0 / I8_GROUP;
+        scale.copy_from_slice(&self.sc[g0..g0 + scale.len()]);
+        match &self.off {
+            Some(o) => {
+                offset.copy_from_slice(&o[g0..g0 + offset.len()]);
+                Some(I8Rows::ScaledOffset)
+            }
+            None => Some(I8Rows::Scaled),
+        }
+    }
+}
+
+/// A product reading int8 rows (dequantized in the transpose) gives the bits of the product of
+/// the f32 weight they stand for, on every path, with and without offsets, for widths and
+/// depths that leave partial panels, groups and slabs.
+#[test]
+fn int8_rows_are_the_product_of_their_f32_weight() {
+    for (m, n, k) in [(5usize, 37usize, 300usize), (13, 16, 256), (40, 70, 530)] {
+        let ng = k.div_ceil(I8_GROUP);
+        let a: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+            .collect();
+        let q: Vec<i8> = (0..n * k)
+            .map(|i| ((i * 53 % 255) as i32 - 127) as i8)
+            .collect();
+        let sc: Vec<f32> = (0..n * ng)
+            .map(|g| {
+                if g % 7 == 3 {
+                    0.0
+                } else {
+                    0.01 + g as f32 * 1e-3
+                }
+            })
+            .collect();
+        let off: Vec<f32> = (0..n * ng).map(|g| (g % 5) as f32 * 0.03).collect();
+        for off in [None, Some(off)] {
+            let mut src = I8Src {
+                q: q.clone(),
+                sc: sc.clone(),
+                off,
+                k,
+                int8: true,
+            };
+            let w: Vec<f32> = (0..n * k).map(|i| src.value(i / k, i % k)).collect();
+            for isa in Isa::available() {
+                let mut want = vec![0f32; m * n];
+                gemm(isa, m, n, k, &a, k, &BSrc::Nk(WData::F32(&w), k), &mut want);
+                for int8 in [true, false] {
+                    src.int8 = int8;
+                    let mut got = vec![0f32; m * n];
+                    gemm(isa, m, n, k, &a, k, &BSrc::Rows(&src), &mut got);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got), bits(&want), "{isa:?} {m}x{n}x{k} int8 {int8}");
+                }
+            }
+        }
+    }
+}

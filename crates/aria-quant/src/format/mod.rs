@@ -28,6 +28,7 @@ pub use q4k::BlockQ4K;
 pub use q6k::BlockQ6K;
 pub use q8_0::BlockQ8_0;
 
+pub use aria_core::cpu::gemm::{I8Rows, I8_GROUP};
 use half::f16;
 
 use crate::{QuantError, Result};
@@ -62,6 +63,11 @@ pub trait BlockFormat {
     fn quantize(x: &[f32], out: &mut Self::Block);
     /// Dequantize one block into `out` (exactly [`BlockFormat::BLOCK_ELEMS`] values).
     fn dequantize(b: &Self::Block, out: &mut [f32]);
+    /// One block as int8 values `q` ([`BlockFormat::BLOCK_ELEMS`]) with a scale (and offset)
+    /// per [`I8_GROUP`] of them, such that `scale · q` (less `offset`, with
+    /// [`I8Rows::ScaledOffset`]), each step rounded in f32, is the bits
+    /// [`BlockFormat::dequantize`] gives.
+    fn unpack(b: &Self::Block, q: &mut [i8], scale: &mut [f32], offset: &mut [f32]) -> I8Rows;
 }
 
 impl Format {
@@ -192,6 +198,28 @@ impl Format {
         }
     }
 
+    /// Columns `k0..k0 + q.len()` of a packed row (`k0` a block multiple) as int8 values with
+    /// a scale (and offset) per [`I8_GROUP`] columns (see [`BlockFormat::unpack`]): the same
+    /// weights, bit for bit, as [`Format::dequantize_cols`] gives.
+    ///
+    /// # Panics
+    /// As [`Format::dequantize_cols`], or if `scale`/`offset` hold fewer than
+    /// `q.len().div_ceil(I8_GROUP)` values.
+    pub fn unpack_cols(
+        self,
+        row: &[u8],
+        k0: usize,
+        q: &mut [i8],
+        scale: &mut [f32],
+        offset: &mut [f32],
+    ) -> I8Rows {
+        match self {
+            Format::Q8_0 => unpack_range::<q8_0::Q8_0>(row, k0, q, scale, offset),
+            Format::Q4K => unpack_range::<q4k::Q4K>(row, k0, q, scale, offset),
+            Format::Q6K => unpack_range::<q6k::Q6K>(row, k0, q, scale, offset),
+        }
+    }
+
     /// Dequantize columns `k0..k0 + out.len()` of a packed row, where `k0` is a multiple of
     /// the block size (the kernels' slabs).
     ///
@@ -292,6 +320,52 @@ fn dequantize_range<F: BlockFormat>(row: &[u8], k0: usize, out: &mut [f32]) {
     }
 }
 
+fn unpack_range<F: BlockFormat>(
+    row: &[u8],
+    k0: usize,
+    q: &mut [i8],
+    scale: &mut [f32],
+    offset: &mut [f32],
+) -> I8Rows {
+    assert_eq!(k0 % F::BLOCK_ELEMS, 0, "unpack_cols: start not on a block");
+    const { assert!(MAX_BLOCK.is_multiple_of(I8_GROUP)) };
+    let (b0, n) = (k0 / F::BLOCK_ELEMS, q.len());
+    let nb = n.div_ceil(F::BLOCK_ELEMS);
+    let bytes = &row[b0 * F::BLOCK_BYTES..(b0 + nb) * F::BLOCK_BYTES];
+    let blocks: &[F::Block] = bytemuck::cast_slice(bytes);
+    let gpb = F::BLOCK_ELEMS / I8_GROUP;
+    let mut mode = I8Rows::Scaled;
+    for (i, blk) in blocks.iter().enumerate() {
+        let (c0, g0) = (i * F::BLOCK_ELEMS, i * gpb);
+        if c0 + F::BLOCK_ELEMS <= n {
+            mode = F::unpack(
+                blk,
+                &mut q[c0..c0 + F::BLOCK_ELEMS],
+                &mut scale[g0..g0 + gpb],
+                &mut offset[g0..g0 + gpb],
+            );
+        } else {
+            // The last, partial block: unpacked whole, its first columns kept.
+            let (mut bq, mut bs, mut bo) = (
+                [0i8; MAX_BLOCK],
+                [0f32; MAX_BLOCK / I8_GROUP],
+                [0f32; MAX_BLOCK / I8_GROUP],
+            );
+            mode = F::unpack(
+                blk,
+                &mut bq[..F::BLOCK_ELEMS],
+                &mut bs[..gpb],
+                &mut bo[..gpb],
+            );
+            let (cn, gn) = (n - c0, (n - c0).div_ceil(I8_GROUP));
+            q[c0..].copy_from_slice(&bq[..cn]);
+            scale[g0..g0 + gn].copy_from_slice(&bs[..gn]);
+            offset[g0..g0 + gn].copy_from_slice(&bo[..gn]);
+        }
+    }
+    mode
+}
+
 /// Read a little-endian f16.
 #[inline(always)]
 pub(crate) fn f16_le(b: [u8; 2]) -> f32 {
@@ -356,6 +430,45 @@ mod reference;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The int8 form of every format is, bit for bit, the dequantized weights: whole and
+    /// partial slabs, a block of zeros, and blocks of one sign.
+    #[test]
+    fn unpacked_int8_gives_the_dequantized_bits() {
+        for f in Format::ALL {
+            for cols in [40usize, 256, 300, 3 * 256 + 17] {
+                let x: Vec<f32> = (0..cols)
+                    .map(|i| match (i / 32) % 4 {
+                        1 => 0.0,
+                        2 => 0.1 + (i % 7) as f32 * 0.03,
+                        _ => ((i * 37 % 101) as f32 - 50.0) / 17.0,
+                    })
+                    .collect();
+                let mut row = vec![0u8; f.row_bytes(cols)];
+                f.quantize_row("w", 0, &x, &mut row).unwrap();
+                for k0 in (0..cols).step_by(256) {
+                    let n = 256.min(cols - k0);
+                    let mut want = vec![0f32; n];
+                    f.dequantize_cols(&row, k0, &mut want);
+                    let g = n.div_ceil(I8_GROUP);
+                    let (mut q, mut sc, mut off) = (vec![0i8; n], vec![0f32; g], vec![0f32; g]);
+                    let mode = f.unpack_cols(&row, k0, &mut q, &mut sc, &mut off);
+                    let got: Vec<u32> = (0..n)
+                        .map(|c| {
+                            let v = sc[c / I8_GROUP] * q[c] as f32;
+                            match mode {
+                                I8Rows::Scaled => v,
+                                I8Rows::ScaledOffset => v - off[c / I8_GROUP],
+                            }
+                            .to_bits()
+                        })
+                        .collect();
+                    let want: Vec<u32> = want.iter().map(|v| v.to_bits()).collect();
+                    assert_eq!(got, want, "{f} cols {cols} k0 {k0}");
+                }
+            }
+        }
+    }
 
     fn old_round(v: f32, lo: i32, hi: i32) -> i32 {
         (v.round_ties_even() as i32).clamp(lo, hi)

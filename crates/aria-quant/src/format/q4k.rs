@@ -2,7 +2,7 @@
 //! sub-block has a 6-bit scale `sc_j` and a 6-bit min `m_j`, quantized under the super-block's
 //! f16 `d` and `dmin` (4.5 bits per weight). The byte layout is the one of ggml's `Q4_K`.
 
-use super::{f16_at_least, f16_le, round_clamp, round_clamp_f32, BlockFormat, Format};
+use super::{f16_at_least, f16_le, round_clamp, round_clamp_f32, BlockFormat, Format, I8Rows};
 
 /// One `q4_k` super-block: weight `i` of sub-block `j` is `d·sc_j · q − dmin·m_j`, `q ∈ [0, 15]`.
 ///
@@ -201,6 +201,21 @@ impl BlockFormat for Q4K {
     }
 
     #[inline]
+    fn unpack(b: &BlockQ4K, q: &mut [i8], scale: &mut [f32], offset: &mut [f32]) -> I8Rows {
+        let (d, dmin) = (f16_le(b.d), f16_le(b.dmin));
+        for j in 0..8 {
+            let (sc, m) = b.scale_min(j);
+            scale[2 * j..2 * j + 2].fill(d * sc as f32);
+            offset[2 * j..2 * j + 2].fill(dmin * m as f32);
+            let qs = &b.qs[32 * (j / 2)..32 * (j / 2) + 32];
+            let shift = 4 * (j % 2);
+            for (o, v) in q[32 * j..32 * j + 32].iter_mut().zip(qs) {
+                *o = ((v >> shift) & 0xF) as i8;
+            }
+        }
+        I8Rows::ScaledOffset
+    }
+
     fn dequantize(b: &BlockQ4K, out: &mut [f32]) {
         let (d, dmin) = (f16_le(b.d), f16_le(b.dmin));
         for j in 0..8 {

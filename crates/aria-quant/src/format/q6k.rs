@@ -2,7 +2,7 @@
 //! with an int8 scale under the super-block's f16 `d` (6.5625 bits per weight). The byte
 //! layout is the one of ggml's `Q6_K`.
 
-use super::{f16_at_least, f16_le, round_clamp, round_clamp_f32, BlockFormat, Format};
+use super::{f16_at_least, f16_le, round_clamp, round_clamp_f32, BlockFormat, Format, I8Rows};
 
 /// One `q6_k` super-block: weight `i` is `d·scales[i / 16] · (q_i − 32)`, `q_i ∈ [0, 63]`.
 ///
@@ -140,6 +140,29 @@ impl BlockFormat for Q6K {
     }
 
     #[inline]
+    fn unpack(b: &BlockQ6K, q: &mut [i8], scale: &mut [f32], _offset: &mut [f32]) -> I8Rows {
+        let d = f16_le(b.d);
+        for (s, v) in scale.iter_mut().zip(&b.scales) {
+            *s = d * *v as f32;
+        }
+        for h in 0..2 {
+            for part in 0..4 {
+                let base = 128 * h + 32 * part;
+                for l in 0..32 {
+                    let lo = match part {
+                        0 => b.ql[64 * h + l] & 0xF,
+                        1 => b.ql[64 * h + 32 + l] & 0xF,
+                        2 => b.ql[64 * h + l] >> 4,
+                        _ => b.ql[64 * h + 32 + l] >> 4,
+                    };
+                    let v = lo | (((b.qh[32 * h + l] >> (2 * part)) & 3) << 4);
+                    q[base + l] = (v as i32 - 32) as i8;
+                }
+            }
+        }
+        I8Rows::Scaled
+    }
+
     fn dequantize(b: &BlockQ6K, out: &mut [f32]) {
         let d = f16_le(b.d);
         for h in 0..2 {

@@ -1,6 +1,6 @@
 //! `q8_0`: blocks of 32 int8 weights with one f16 scale (8.5 bits per weight).
 
-use super::{f16_at_least, f16_le, round_clamp, BlockFormat, Format};
+use super::{f16_at_least, f16_le, round_clamp, BlockFormat, Format, I8Rows};
 
 /// One `q8_0` block: `w[i] = d · qs[i]`, `qs[i] ∈ [−127, 127]` (−128 is never written, which
 /// the W8A8 kernels rely on).
@@ -51,6 +51,14 @@ impl BlockFormat for Q8_0 {
         for (q, v) in out.qs.iter_mut().zip(x) {
             *q = round_clamp(v * id, -127, 127) as i8;
         }
+    }
+
+    #[inline]
+    fn unpack(b: &BlockQ8_0, q: &mut [i8], scale: &mut [f32], _offset: &mut [f32]) -> I8Rows {
+        // Constant-length ranges: vector moves, not a call.
+        q[..32].copy_from_slice(&b.qs);
+        scale[..2].fill(b.scale());
+        I8Rows::Scaled
     }
 
     #[inline]

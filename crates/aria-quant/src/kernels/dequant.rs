@@ -1,17 +1,44 @@
 //! Weight-only product: f32 activations × packed weights, dequantized panel by panel.
 
-use aria_core::cpu::gemm::{self, BSrc, RowSource};
+use aria_core::cpu::gemm::{self, BSrc, I8Rows, RowLayout, RowSource};
 
 use super::Isa;
 use crate::matrix::WView;
 
-/// The packed rows as a [`RowSource`]: the CPU product dequantizes each KC slab of the
-/// rows it packs, right before its micro-kernel consumes the panel.
+/// The packed rows as a [`RowSource`]: the CPU product reads each KC slab of the rows it packs
+/// as int8 with its scales and dequantizes it in registers while it transposes it into panels,
+/// right before its micro-kernel consumes them.
 struct Dequantized<'a>(&'a WView<'a>);
 
 impl RowSource for Dequantized<'_> {
     fn read_row(&self, row: usize, k0: usize, out: &mut [f32]) {
         self.0.format.dequantize_cols(self.0.row(row), k0, out);
+    }
+
+    fn read_row_i8(
+        &self,
+        row: usize,
+        k0: usize,
+        q: &mut [i8],
+        scale: &mut [f32],
+        offset: &mut [f32],
+    ) -> Option<I8Rows> {
+        Some(
+            self.0
+                .format
+                .unpack_cols(self.0.row(row), k0, q, scale, offset),
+        )
+    }
+
+    fn layout(&self, k0: usize, kc: usize) -> Option<RowLayout<'_>> {
+        let f = self.0.format;
+        let (be, bb) = (f.block_elems(), f.block_bytes());
+        Some(RowLayout {
+            bytes: self.0.bytes,
+            start: k0 / be * bb,
+            stride: self.0.row_bytes,
+            run: kc.div_ceil(be) * bb,
+        })
     }
 }
 
@@ -23,4 +50,18 @@ pub(crate) fn gemm_dequant(isa: Isa, w: &WView<'_>, x: &[f32], m: usize, out: &m
     let (n, k) = (w.rows, w.cols);
     let src = Dequantized(w);
     gemm::gemm(isa, m, n, k, x, k, &BSrc::Rows(&src), &mut out[..m * n]);
+}
+
+/// [`gemm_dequant`] into a new `m × N` vector with `bias[j]` added after each output's K-sum
+/// ([`aria_core::cpu::gemm::gemm_vec`]: every output written once, no zero-fill first).
+pub(crate) fn gemm_dequant_vec(
+    isa: Isa,
+    w: &WView<'_>,
+    x: &[f32],
+    m: usize,
+    bias: Option<&[f32]>,
+) -> Vec<f32> {
+    let (n, k) = (w.rows, w.cols);
+    let src = Dequantized(w);
+    gemm::gemm_vec(isa, (m, n, k), x, k, &BSrc::Rows(&src), None, bias)
 }

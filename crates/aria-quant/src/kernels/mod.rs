@@ -32,7 +32,7 @@ mod avx512;
 mod neon;
 
 pub use aria_core::cpu::Isa;
-pub(crate) use dequant::gemm_dequant;
+pub(crate) use dequant::{gemm_dequant, gemm_dequant_vec};
 pub(crate) use int8::{gemm_w8a8, w8a8_block_sums};
 pub use int8::{quantize_activations, QuantizedActs};
 
