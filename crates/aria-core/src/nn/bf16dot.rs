@@ -98,6 +98,18 @@ impl Bf16DotWeight {
                             *o = v;
                         }
                     }
+                    // f32 rows converted where they lie (no copy, no buffer per row).
+                    WData::F32(s) => {
+                        let r = &s[i * k..(i + 1) * k];
+                        let whole = r.chunks_exact(2);
+                        let last = whole.remainder().first().map(|&v| u32::from(to_bf16(v)));
+                        for (o, c) in out.iter_mut().zip(whole) {
+                            *o = u32::from(to_bf16(c[0])) | (u32::from(to_bf16(c[1])) << 16);
+                        }
+                        if let (Some(v), Some(o)) = (last, out.get_mut(k / 2)) {
+                            *o = v;
+                        }
+                    }
                     _ => {
                         let mut v = vec![0f32; k];
                         wd.read(i * k, &mut v);
@@ -312,6 +324,38 @@ mod tests {
             let d = p.dequantize().expect("dequantize").to_vec_f32().expect("v");
             let r = w.to_vec_f32().expect("v");
             assert_eq!(d, r, "{dt}: the panels hold the bf16 values");
+        }
+    }
+
+    /// f32 weights of any value pack to their bf16 roundings (to nearest, ties to even; odd
+    /// and even widths, infinities, subnormals, ties).
+    #[test]
+    fn f32_weights_pack_to_their_bf16_rounding() {
+        for k in [33usize, 64] {
+            let n = 21;
+            let v: Vec<f32> = (0..n * k)
+                .map(|i| match i % 9 {
+                    0 => f32::INFINITY,
+                    1 => -1e-40,
+                    2 => 1.0 + 1.0 / 256.0,
+                    3 => 1.0 + 3.0 / 256.0,
+                    _ => ((i * 7919 % 10007) as f32 - 5000.0) * 1.37e-3,
+                })
+                .collect();
+            let w = Tensor::from_vec(v, &[n, k]).expect("tensor");
+            let got = Bf16DotWeight::pack(&w)
+                .expect("pack")
+                .dequantize()
+                .expect("dequantize")
+                .to_vec_f32()
+                .expect("v");
+            let want = w
+                .to_dtype(DType::BF16)
+                .expect("bf16")
+                .to_vec_f32()
+                .expect("v");
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "k {k}");
         }
     }
 
