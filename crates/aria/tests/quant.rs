@@ -99,6 +99,43 @@ fn q8_packs_every_linear_but_cross_kv_and_stays_under_the_seed_floor() {
         .any(|l| l.weight().kind().contains("+w8a8")));
     let c0 = latents(&w8, 1);
     assert!(rel_rms(&c0, &a0) < 0.1 * floor);
+    // The decoder's matrices take the same mode, and decode the same latents close to the f32
+    // decoder (the dense decoder of the f32 and weight-only q8 pipelines).
+    let rep = w8.quant_report();
+    assert!(
+        rep.decoder_kinds
+            .keys()
+            .all(|k| k.contains("q8_0") && k.contains("+w8a8"))
+            && !rep.decoder_kinds.is_empty(),
+        "{}",
+        rep.summary()
+    );
+    assert!(
+        q8.quant_report()
+            .decoder_kinds
+            .keys()
+            .all(|k| k.contains("dense")),
+        "{}",
+        q8.quant_report().summary()
+    );
+    let mut r = GenerateRequest::new("warm ambient pad", 0.5);
+    r.steps = 4;
+    r.duration_padding_sec = 0.1;
+    let skip = RunOptions {
+        audio: AudioOutput::Skip,
+        ..Default::default()
+    };
+    let lat = f32p.run(&r, &mut TorchNoise::new(1), skip).unwrap().latents;
+    let dec = |p: &Pipeline| {
+        p.decode_latents(&lat, &mut TorchNoise::new(3))
+            .unwrap()
+            .to_vec_f32()
+            .unwrap()
+    };
+    let (fd, wd) = (dec(&f32p), dec(&w8));
+    let derr = rel_rms(&wd, &fd);
+    eprintln!("W8A8 decoder audio rel-RMS {derr:.2e}");
+    assert!(derr > 0.0 && derr < 0.05, "W8A8 decode {derr}");
 
     // 16-bit conversion also frees the mapped f32 pages.
     let h = load(&files, Some(WeightPrecision::Bf16), false);
