@@ -163,24 +163,13 @@ impl BlockFormat for Q6K {
         I8Rows::Scaled
     }
 
+    /// [`BlockFormat::unpack`]'s values scaled: `d·scales[i / 16] · (q_i − 32)`, one statement
+    /// of the bit layout for both.
     fn dequantize(b: &BlockQ6K, out: &mut [f32]) {
-        let d = f16_le(b.d);
-        for h in 0..2 {
-            for part in 0..4 {
-                let base = 128 * h + 32 * part;
-                for l in 0..32 {
-                    let lo = match part {
-                        0 => b.ql[64 * h + l] & 0xF,
-                        1 => b.ql[64 * h + 32 + l] & 0xF,
-                        2 => b.ql[64 * h + l] >> 4,
-                        _ => b.ql[64 * h + 32 + l] >> 4,
-                    };
-                    let q = lo | (((b.qh[32 * h + l] >> (2 * part)) & 3) << 4);
-                    let i = base + l;
-                    let d1 = d * b.scales[i / 16] as f32;
-                    out[i] = d1 * (q as i32 - 32) as f32;
-                }
-            }
+        let (mut q, mut scale) = ([0i8; 256], [0f32; 16]);
+        Self::unpack(b, &mut q, &mut scale, &mut []);
+        for (i, (o, v)) in out.iter_mut().zip(&q).enumerate() {
+            *o = scale[i / 16] * *v as f32;
         }
     }
 }
