@@ -20,9 +20,12 @@
 //! machine is not counted; multi-threaded rows use wall time.
 //!
 //! Then, single-threaded, the int8 section ([`crate::bench_core_int8`]): the W8A8 product on
-//! every int8 path as a share of the probed int8 peak, next to f32 and weight-only q8.
+//! every int8 path as a share of the probed int8 peak, next to f32 and weight-only q8; and on a
+//! CPU with AMX, the products on the tile unit as a share of its probed `tdpbf16ps` and
+//! `tdpbssd` peaks.
 //!
-//! Options: `--reps N` (default 5), `--threads a,b` (default 1,2), `--quick` (smallest shapes).
+//! Options: `--reps N` (default 5), `--threads a,b` (default 1,2), `--quick` (smallest shapes),
+//! `--narrow` (only the int8 and tile-unit sections).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -35,6 +38,8 @@ struct Opts {
     reps: usize,
     threads: Vec<usize>,
     quick: bool,
+    /// Only the int8 and tile-unit sections (`--narrow`).
+    narrow: bool,
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
@@ -42,6 +47,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         reps: 5,
         threads: vec![1, 2],
         quick: false,
+        narrow: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -60,9 +66,10 @@ fn parse(args: &[String]) -> Result<Opts, String> {
                     .collect::<Result<_, _>>()?;
             }
             "--quick" => o.quick = true,
+            "--narrow" => o.narrow = true,
             other => {
                 return Err(format!(
-                    "unknown option `{other}` (use --reps N, --threads 1,2, --quick)"
+                    "unknown option `{other}` (use --reps N, --threads 1,2, --quick, --narrow)"
                 ))
             }
         }
@@ -429,6 +436,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
         println!("f32 FMA peak: not measured on this architecture");
     }
     println!("(% of peak: against the best of these, measured on as many cores as threads, next to each run)");
+    if o.narrow {
+        return narrow(o.reps, o.quick, p512.or(p256));
+    }
     let mut rows: Vec<Row> = Vec::new();
     let mut avx2_rows: Vec<Row> = Vec::new();
     let err = |e: aria_core::CoreError| e.to_string();
@@ -637,6 +647,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
             );
         }
     }
-    crate::bench_core_int8::run(o.reps, o.quick, p512.or(p256))?;
+    narrow(o.reps, o.quick, p512.or(p256))
+}
+
+/// The int8 and tile-unit sections, against the one-core f32 FMA peak `f32_peak`.
+fn narrow(reps: usize, quick: bool, f32_peak: Option<f64>) -> Result<(), String> {
+    crate::bench_core_int8::run(reps, quick, f32_peak)?;
+    #[cfg(target_arch = "x86_64")]
+    crate::bench_core_tiles::run(reps, quick, f32_peak)?;
     Ok(())
 }

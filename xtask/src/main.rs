@@ -9,6 +9,8 @@ mod bench_clap;
 mod bench_codec;
 mod bench_core;
 mod bench_core_int8;
+#[cfg(target_arch = "x86_64")]
+mod bench_core_tiles;
 mod bench_dit;
 mod bench_e2e;
 mod bench_index;

@@ -145,8 +145,16 @@ pub(super) unsafe fn matmul(
     let nq = kps / TK;
     // Row tiles padded to an even count (the kernel takes two at a time).
     let mt = m.div_ceil(2 * T) * 2;
-    let mut ap = LineAligned::zeroed(mt * nq * T * TK);
-    pack_a(a, lda, m, k, kps, &mut ap);
+    // The packed A of this thread's previous product, reused when large enough (`pack_a`
+    // writes every word it is given, so a used buffer needs no clearing).
+    let need = mt * nq * T * TK;
+    let mut keep = A_TILES
+        .with(|c| c.take())
+        .filter(|b| b.len() >= need)
+        .unwrap_or_else(|| LineAligned::zeroed(need));
+    let ap = &mut keep[..need];
+    pack_a(a, lda, m, k, kps, ap);
+    let ap = &*ap;
     let nct = n.div_ceil(T);
     let (tasks_m, tasks_n) = (m.div_ceil(MB), nct.div_ceil(CB));
     let cp = CPtr(c);
@@ -229,6 +237,13 @@ pub(super) unsafe fn matmul(
             }
         }
     });
+    A_TILES.with(|c| c.set(Some(keep)));
+}
+
+thread_local! {
+    /// [`matmul`]'s packed A, kept between the products of a thread (taken out while one runs,
+    /// so a product started inside another on the same thread packs into its own).
+    static A_TILES: std::cell::Cell<Option<LineAligned>> = const { std::cell::Cell::new(None) };
 }
 
 /// The tile configuration of this thread for the duration of a task: 8 tiles of 16 rows of 64

@@ -28,6 +28,21 @@ pub struct HeadBuffers {
     c: Vec<f32>,
 }
 
+thread_local! {
+    /// [`with_thread_buffers`]' buffers, kept between the heads and the calls of a thread.
+    static BUFFERS: std::cell::Cell<Option<HeadBuffers>> = const { std::cell::Cell::new(None) };
+}
+
+/// Run `f` with this thread's head buffers, kept from call to call (so an attention reuses the
+/// previous one's allocations instead of clearing fresh ones); a call nested inside `f` on the
+/// same thread gets buffers of its own.
+pub fn with_thread_buffers<R>(f: impl FnOnce(&mut HeadBuffers) -> R) -> R {
+    let mut b = BUFFERS.with(|c| c.take()).unwrap_or_default();
+    let r = f(&mut b);
+    BUFFERS.with(|c| c.set(Some(b)));
+    r
+}
+
 /// Resize `buf` (reusing it when large enough) to `len` words and hand it out.
 fn words(buf: &mut Option<LineAligned>, len: usize) -> &mut [u32] {
     if buf.as_ref().is_some_and(|b| b.len() < len) {

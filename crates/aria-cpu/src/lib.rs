@@ -77,6 +77,8 @@ mod amx;
 #[cfg(target_arch = "x86_64")]
 pub mod amx_attn;
 #[cfg(target_arch = "x86_64")]
+pub mod amx_peak;
+#[cfg(target_arch = "x86_64")]
 pub mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub mod avx512;

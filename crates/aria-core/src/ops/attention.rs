@@ -167,26 +167,27 @@ fn attention_amx_heads(
         return Tensor::from_vec(out, &[b, h, nq, dv]);
     }
     threads::install(|| {
-        out.par_chunks_mut(nq * dv).enumerate().for_each_init(
-            cpu::amx_attn::HeadBuffers::default,
-            |buf, (bh, ob)| {
+        out.par_chunks_mut(nq * dv)
+            .enumerate()
+            .for_each(|(bh, ob)| {
                 let ctx = RowCtx {
                     isa,
                     opts,
                     mask: mask.as_ref().map(|m| &m[(bh / h) * nk..(bh / h + 1) * nk]),
                     nk,
                 };
-                cpu::amx_attn::head(
-                    buf,
-                    &qd[bh * nq * d..(bh + 1) * nq * d],
-                    &kd[bh * nk * d..(bh + 1) * nk * d],
-                    &vd[bh * nk * dv..(bh + 1) * nk * dv],
-                    (nq, nk, d, dv),
-                    |i, row| ctx.probs(i, 0, row),
-                    ob,
-                );
-            },
-        );
+                cpu::amx_attn::with_thread_buffers(|buf| {
+                    cpu::amx_attn::head(
+                        buf,
+                        &qd[bh * nq * d..(bh + 1) * nq * d],
+                        &kd[bh * nk * d..(bh + 1) * nk * d],
+                        &vd[bh * nk * dv..(bh + 1) * nk * dv],
+                        (nq, nk, d, dv),
+                        |i, row| ctx.probs(i, 0, row),
+                        ob,
+                    )
+                });
+            });
     });
     Tensor::from_vec(out, &[b, h, nq, dv])
 }
