@@ -70,57 +70,41 @@ pub fn run(op: TileOp, iters: usize) -> Option<f32> {
     };
     let mut out = Block([0; 1024]);
     let _tiles = super::amx::Tiles::configure();
+    // The loop, with the tile product `$ins` (the operands and counter of the caller).
+    macro_rules! probe {
+        ($ins:literal) => {
+            std::arch::asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3",
+                "tileloadd tmm4, [{s} + {st}*1]",
+                "tileloadd tmm5, [{s} + {st}*1]",
+                "tileloadd tmm6, [{s} + {st}*1]",
+                "tileloadd tmm7, [{s} + {st}*1]",
+                "2:",
+                concat!($ins, " tmm0, tmm4, tmm6"),
+                concat!($ins, " tmm1, tmm4, tmm7"),
+                concat!($ins, " tmm2, tmm5, tmm6"),
+                concat!($ins, " tmm3, tmm5, tmm7"),
+                "dec {n}",
+                "jnz 2b",
+                "tilestored [{o} + {st}*1], tmm0",
+                n = inout(reg) iters => _,
+                s = in(reg) src.0.as_ptr(),
+                o = in(reg) out.0.as_mut_ptr(),
+                st = in(reg) 64usize,
+                options(nostack),
+            )
+        };
+    }
     // SAFETY: the tile unit is available and granted (`available`), the tiles are configured
     // (`_tiles`: 8 tiles of 16 rows × 64 bytes); the loads read the 1 KiB `src` (16 rows of
     // 64 bytes at stride 64), the store writes the 1 KiB `out`; `iters > 0`.
     unsafe {
         match op {
-            TileOp::Bf16 => std::arch::asm!(
-                "tilezero tmm0",
-                "tilezero tmm1",
-                "tilezero tmm2",
-                "tilezero tmm3",
-                "tileloadd tmm4, [{s} + {st}*1]",
-                "tileloadd tmm5, [{s} + {st}*1]",
-                "tileloadd tmm6, [{s} + {st}*1]",
-                "tileloadd tmm7, [{s} + {st}*1]",
-                "2:",
-                "tdpbf16ps tmm0, tmm4, tmm6",
-                "tdpbf16ps tmm1, tmm4, tmm7",
-                "tdpbf16ps tmm2, tmm5, tmm6",
-                "tdpbf16ps tmm3, tmm5, tmm7",
-                "dec {n}",
-                "jnz 2b",
-                "tilestored [{o} + {st}*1], tmm0",
-                n = inout(reg) iters => _,
-                s = in(reg) src.0.as_ptr(),
-                o = in(reg) out.0.as_mut_ptr(),
-                st = in(reg) 64usize,
-                options(nostack),
-            ),
-            TileOp::Int8 => std::arch::asm!(
-                "tilezero tmm0",
-                "tilezero tmm1",
-                "tilezero tmm2",
-                "tilezero tmm3",
-                "tileloadd tmm4, [{s} + {st}*1]",
-                "tileloadd tmm5, [{s} + {st}*1]",
-                "tileloadd tmm6, [{s} + {st}*1]",
-                "tileloadd tmm7, [{s} + {st}*1]",
-                "2:",
-                "tdpbssd tmm0, tmm4, tmm6",
-                "tdpbssd tmm1, tmm4, tmm7",
-                "tdpbssd tmm2, tmm5, tmm6",
-                "tdpbssd tmm3, tmm5, tmm7",
-                "dec {n}",
-                "jnz 2b",
-                "tilestored [{o} + {st}*1], tmm0",
-                n = inout(reg) iters => _,
-                s = in(reg) src.0.as_ptr(),
-                o = in(reg) out.0.as_mut_ptr(),
-                st = in(reg) 64usize,
-                options(nostack),
-            ),
+            TileOp::Bf16 => probe!("tdpbf16ps"),
+            TileOp::Int8 => probe!("tdpbssd"),
         }
     }
     let first = [out.0[0], out.0[1], out.0[2], out.0[3]];
