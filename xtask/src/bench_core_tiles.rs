@@ -61,57 +61,41 @@ pub(crate) fn run(reps: usize, quick: bool, f32_peak: Option<f64>) -> Result<(),
     println!("| product | M | K | N | GOP/s | % of its tile peak | % of f32 FMA peak |");
     println!("|---|---:|---:|---:|---:|---:|---:|");
     let pct = |g: f64, p: Option<f64>| p.map_or("-".into(), |p| format!("{:.0} %", 100.0 * g / p));
+    // Time `f` (one product of the shape) on one thread and print its row.
+    let row = |what: &str, (m, k, n): (usize, usize, usize), peak, f: &mut (dyn FnMut() + Send)| {
+        let ops = 2.0 * (m * n * k) as f64;
+        let g = measure(String::new(), 1, reps, ops, f, None)?.gflops;
+        let (pt, pf) = (pct(g, peak), pct(g, f32_peak));
+        println!("| {what} | {m} | {k} | {n} | {g:.1} | {pt} | {pf} |");
+        Ok::<_, String>(())
+    };
     for &(m, k, n) in shapes {
         let xv = randn(m * k, 31);
         let wv = randn(n * k, 32);
-        let ops_n = 2.0 * (m * n * k) as f64;
         if pb.is_some() {
             let x = Tensor::from_vec(xv.clone(), &[m, k]).map_err(err)?;
             let w = Tensor::from_vec(wv.clone(), &[n, k])
                 .and_then(|w| w.to_dtype(DType::BF16))
                 .map_err(err)?;
             let p = Bf16DotWeight::pack(&w).map_err(err)?;
-            let r = measure(
-                String::new(),
-                1,
-                reps,
-                ops_n,
-                &mut || drop(black_box(p.linear_amx(&x, None))),
-                None,
-            )?;
-            println!(
-                "| bf16 panels (tdpbf16ps) | {m} | {k} | {n} | {:.1} | {} | {} |",
-                r.gflops,
-                pct(r.gflops, pb),
-                pct(r.gflops, f32_peak)
-            );
+            row("bf16 panels (tdpbf16ps)", (m, k, n), pb, &mut || {
+                drop(black_box(p.linear_amx(&x, None)))
+            })?;
         }
         if pi.is_some() && IntIsa::available().contains(&IntIsa::Amx) {
             let w8 = PackedMatrix::from_f32("w", n, k, &wv, Format::Q8_0)
                 .and_then(|q| q.with_compute(Compute::W8A8))
                 .map_err(err)?;
             let mut out = vec![0f32; m * n];
-            let r = measure(
-                String::new(),
-                1,
-                reps,
-                ops_n,
+            row(
+                "q8_0 W8A8 (tdpbssd, K = 32 a product)",
+                (m, k, n),
+                pi,
                 &mut || {
-                    drop(black_box(w8.matmul_with(
-                        Kernel::W8A8(IntIsa::Amx),
-                        &xv,
-                        m,
-                        &mut out,
-                    )))
+                    let k = Kernel::W8A8(IntIsa::Amx);
+                    drop(black_box(w8.matmul_with(k, &xv, m, &mut out)))
                 },
-                None,
             )?;
-            println!(
-                "| q8_0 W8A8 (tdpbssd, K = 32 a product) | {m} | {k} | {n} | {:.1} | {} | {} |",
-                r.gflops,
-                pct(r.gflops, pi),
-                pct(r.gflops, f32_peak)
-            );
         }
     }
     Ok(())

@@ -72,18 +72,7 @@ impl Bf16DotWeight {
             Bf16Panels::from_pairs(n, k, |row, out| {
                 let (wd, i) = locate(row);
                 match wd {
-                    // Whole pairs in exact chunks (vectorised), then an odd last element.
-                    WData::Bf16(s) => {
-                        let r = &s[i * k..(i + 1) * k];
-                        let whole = r.chunks_exact(2);
-                        let last = whole.remainder().first().map(|v| u32::from(v.to_bits()));
-                        for (o, c) in out.iter_mut().zip(whole) {
-                            *o = u32::from(c[0].to_bits()) | (u32::from(c[1].to_bits()) << 16);
-                        }
-                        if let (Some(v), Some(o)) = (last, out.get_mut(k / 2)) {
-                            *o = v;
-                        }
-                    }
+                    WData::Bf16(s) => pair_words(&s[i * k..(i + 1) * k], out, |v| v.to_bits()),
                     WData::Raw(crate::cpu::gemm::Float::Bf16, b) => {
                         let r = &b[i * k * 2..(i + 1) * k * 2];
                         let whole = r.chunks_exact(4);
@@ -99,24 +88,11 @@ impl Bf16DotWeight {
                         }
                     }
                     // f32 rows converted where they lie (no copy, no buffer per row).
-                    WData::F32(s) => {
-                        let r = &s[i * k..(i + 1) * k];
-                        let whole = r.chunks_exact(2);
-                        let last = whole.remainder().first().map(|&v| u32::from(to_bf16(v)));
-                        for (o, c) in out.iter_mut().zip(whole) {
-                            *o = u32::from(to_bf16(c[0])) | (u32::from(to_bf16(c[1])) << 16);
-                        }
-                        if let (Some(v), Some(o)) = (last, out.get_mut(k / 2)) {
-                            *o = v;
-                        }
-                    }
+                    WData::F32(s) => pair_words(&s[i * k..(i + 1) * k], out, to_bf16),
                     _ => {
                         let mut v = vec![0f32; k];
                         wd.read(i * k, &mut v);
-                        for (o, c) in out.iter_mut().zip(v.chunks(2)) {
-                            let hi = c.get(1).map_or(0, |&x| u32::from(to_bf16(x)));
-                            *o = u32::from(to_bf16(c[0])) | (hi << 16);
-                        }
+                        pair_words(&v, out, to_bf16);
                     }
                 }
             })
@@ -156,6 +132,19 @@ impl Bf16DotWeight {
             });
         }
         self.product(bf16dot::Kernel::Amx, x, bias)
+    }
+}
+
+/// A row as bf16 pair words, `bits(r[2p]) | bits(r[2p + 1]) << 16`, the odd last element alone
+/// in the low half (whole pairs in exact chunks, which vectorise).
+fn pair_words<T: Copy>(r: &[T], out: &mut [u32], bits: impl Fn(T) -> u16) {
+    let whole = r.chunks_exact(2);
+    let last = whole.remainder().first().map(|&v| u32::from(bits(v)));
+    for (o, c) in out.iter_mut().zip(whole) {
+        *o = u32::from(bits(c[0])) | (u32::from(bits(c[1])) << 16);
+    }
+    if let (Some(v), Some(o)) = (last, out.get_mut(r.len() / 2)) {
+        *o = v;
     }
 }
 
