@@ -101,6 +101,26 @@ pub trait ActivationHook: Send + Sync {
 
     /// Observe `x`; return `Some(replacement)` (same shape) to modify it, `None` to keep it.
     fn on_activation(&self, ctx: &HookContext<'_>, x: &Tensor) -> Result<Option<Tensor>>;
+
+    /// The class of sampler step `step` for this hook at the model's inner sites
+    /// ([`HookSite::Residual`]): `Some(c)` promises that at every step of class `c` the hook
+    /// does the same device work, reading nothing of its context but the site, the prefix
+    /// tokens, the token mask and the guidance rows (not `step` beyond its class, not `sigma`).
+    /// A backend that records a sampler's model evaluation ([`crate::Backend::record`]) then
+    /// records one evaluation per class and replays it. `None` (the default): unknown, so the
+    /// model is evaluated op by op at every step.
+    fn step_class(&self, step: usize) -> Option<Vec<u64>> {
+        let _ = step;
+        None
+    }
+
+    /// Put what the hook will need on `device` (a direction, a table) before a model
+    /// evaluation is recorded there, since a recording may not upload. The default has nothing
+    /// to put.
+    fn prepare(&self, device: &crate::Device) -> Result<()> {
+        let _ = device;
+        Ok(())
+    }
 }
 
 /// Call `hook` (if any, and if it wants `ctx.site`) on `x`, returning the tensor to continue with.
@@ -132,6 +152,11 @@ pub struct NoopHook;
 impl ActivationHook for NoopHook {
     fn on_activation(&self, _ctx: &HookContext<'_>, _x: &Tensor) -> Result<Option<Tensor>> {
         Ok(None)
+    }
+
+    /// Every step alike.
+    fn step_class(&self, _step: usize) -> Option<Vec<u64>> {
+        Some(Vec::new())
     }
 }
 
@@ -175,6 +200,21 @@ impl HookList {
 impl ActivationHook for HookList {
     fn wants(&self, site: HookSite) -> bool {
         self.hooks.iter().any(|h| h.wants(site))
+    }
+
+    /// The classes of the hooks, each preceded by its length: `None` if any hook's is.
+    fn step_class(&self, step: usize) -> Option<Vec<u64>> {
+        let mut c = Vec::new();
+        for h in &self.hooks {
+            let one = h.step_class(step)?;
+            c.push(one.len() as u64);
+            c.extend(one);
+        }
+        Some(c)
+    }
+
+    fn prepare(&self, device: &crate::Device) -> Result<()> {
+        self.hooks.iter().try_for_each(|h| h.prepare(device))
     }
 
     fn on_activation(&self, ctx: &HookContext<'_>, x: &Tensor) -> Result<Option<Tensor>> {

@@ -539,6 +539,17 @@ impl Backend for CudaBackend {
         self.wrap(buf, bytes.len(), t.dtype(), t.shape())
     }
 
+    fn write_into(&self, dst: &Tensor, src: &Tensor) -> Result<()> {
+        self.write_buffer(dst, src)
+    }
+
+    fn record<'a>(
+        &self,
+        work: Box<dyn FnMut() -> Result<()> + Send + 'a>,
+    ) -> Result<Option<Box<dyn aria_core::backend::Recorded + 'a>>> {
+        self.record_graph(work)
+    }
+
     fn to_cpu(&self, t: &Tensor) -> Result<Tensor> {
         let s = self.storage_of(t)?;
         let bytes = self

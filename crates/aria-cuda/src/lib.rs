@@ -3,8 +3,8 @@
 //! The CUDA backend of `aria-core`: [`CudaBackend`] implements [`aria_core::Backend`] for the op
 //! set with kernels compiled at run time by NVRTC (sources under `kernels/`, cached by source
 //! hash, see [`kernels`]) and cuBLAS for the matrix products (f32, and fp16/bf16 tensor cores
-//! with f32 accumulation). [`graph`] captures the per-step denoising work once and replays it,
-//! with the per-step scalars and the steering strength in device buffers.
+//! with f32 accumulation). [`graph`] records the sampler's per-step DiT evaluation as a graph
+//! and replays it, reading the state and σ from device buffers.
 //!
 //! Everything CUDA is opened at run time (`cudarc` with dynamic loading): the crate builds
 //! and its tests run on machines without CUDA. [`cuda_available`] says whether a driver and a
@@ -72,5 +72,4 @@ pub fn register() {
         },
     );
 }
-pub use graph::{check_capture, StepGraph, StepScalars};
 pub use ops::{attention_args, broadcast_strides};

@@ -344,6 +344,28 @@ impl ActivationHook for SteeringHook {
             .any(|s| s.strength != 0.0 && s.site.hook_site() == site)
     }
 
+    /// One bit per residual steering: whether it acts at `step` (its step span holds it).
+    /// Strengths, directions and sites are fixed for the hook's life, so steps with the same
+    /// bits do the same work inside the DiT; latent and text steerings act outside it.
+    fn step_class(&self, step: usize) -> Option<Vec<u64>> {
+        let mut bits = vec![0u64; self.items.len().div_ceil(64)];
+        for (i, s) in self.items.iter().enumerate() {
+            let inside = matches!(s.site, Site::Residual(_)) && s.strength != 0.0;
+            if inside && s.steps.is_none_or(|span| span.contains(step)) {
+                bits[i / 64] |= 1 << (i % 64);
+            }
+        }
+        Some(bits)
+    }
+
+    /// Puts every direction on `device` (each is copied there once and cached).
+    fn prepare(&self, device: &Device) -> aria_core::Result<()> {
+        for s in self.items.iter().filter(|s| s.strength != 0.0) {
+            s.direction_on(device)?;
+        }
+        Ok(())
+    }
+
     fn on_activation(
         &self,
         ctx: &HookContext<'_>,

@@ -4,7 +4,7 @@ use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use aria_core::backend::{Backend, Op};
+use aria_core::backend::{Backend, Op, Recorded};
 use aria_core::nn::{PackedBlocks, WeightFormat};
 use aria_core::storage::{DeviceStorage, Storage};
 use aria_core::{Device, Result, Tensor};
@@ -24,6 +24,15 @@ pub struct Counts {
     pub ops: BTreeMap<&'static str, usize>,
     /// Op calls whose operands held a CPU tensor, by op name (where the implicit uploads are).
     pub mixed_ops: BTreeMap<&'static str, usize>,
+    /// Recordings made ([`Backend::record`], on a [`CountingBackend::recording`] backend).
+    pub recordings: usize,
+    /// Replays of a recording.
+    pub replays: usize,
+    /// In-place writes ([`Backend::write_into`]).
+    pub writes: usize,
+    /// Uploads, downloads and host operands inside a replay: a recording may do none (CUDA
+    /// refuses them while it records a graph).
+    pub transfers_in_replays: usize,
 }
 
 impl Counts {
@@ -42,6 +51,10 @@ pub struct CountingBackend {
     counts: Arc<Mutex<Counts>>,
     /// No packed weight format (a backend that runs dense weights only).
     dense_only: bool,
+    /// Records work ([`Backend::record`]) the way CUDA records a graph.
+    records: bool,
+    /// Replays running now (their transfers are counted apart).
+    replaying: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl std::fmt::Debug for CountingBackend {
@@ -50,11 +63,18 @@ impl std::fmt::Debug for CountingBackend {
     }
 }
 
-/// The device buffer: a flat contiguous CPU tensor.
+/// The device buffer: a flat contiguous CPU tensor (replaced whole by an in-place write).
 #[derive(Debug)]
 struct CountingStorage {
     backend: CountingBackend,
-    flat: Tensor,
+    flat: Mutex<Tensor>,
+    len_bytes: usize,
+}
+
+impl CountingStorage {
+    fn flat(&self) -> Tensor {
+        self.flat.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 impl DeviceStorage for CountingStorage {
@@ -62,7 +82,7 @@ impl DeviceStorage for CountingStorage {
         Arc::new(self.backend.clone())
     }
     fn len_bytes(&self) -> usize {
-        self.flat.elem_count() * self.flat.dtype().size()
+        self.len_bytes
     }
     fn as_any(&self) -> &dyn Any {
         self
@@ -80,6 +100,18 @@ impl CountingBackend {
     pub fn without_packed() -> Self {
         CountingBackend {
             dense_only: true,
+            ..Self::default()
+        }
+    }
+
+    /// A backend that also records work ([`Backend::record`]) the way CUDA records a graph:
+    /// nothing runs at recording time, each replay runs the recorded closure again, and the
+    /// transfers made inside a replay are counted ([`Counts::transfers_in_replays`]), so a
+    /// test learns whether a recorded step would capture on a GPU and whether it reads its
+    /// per-step values from device buffers rather than from values baked in when recorded.
+    pub fn recording() -> Self {
+        CountingBackend {
+            records: true,
             ..Self::default()
         }
     }
@@ -103,13 +135,23 @@ impl CountingBackend {
         self.counts.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Counts a transfer (inside a replay, also as such).
+    fn transfer(&self, what: impl FnOnce(&mut Counts)) {
+        let mut c = self.lock();
+        what(&mut c);
+        if self.replaying.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            c.transfers_in_replays += 1;
+        }
+    }
+
     /// Wrap a contiguous CPU tensor as a device tensor (not counted).
     fn wrap(&self, t: &Tensor) -> Result<Tensor> {
         let t = t.contiguous()?;
         let flat = t.reshape(&[t.elem_count()])?;
         let st = CountingStorage {
             backend: self.clone(),
-            flat,
+            len_bytes: flat.elem_count() * flat.dtype().size(),
+            flat: Mutex::new(flat),
         };
         Tensor::from_storage(
             Arc::new(Storage::Device(Arc::new(st))),
@@ -129,14 +171,41 @@ impl CountingBackend {
         let Some(s) = d.as_any().downcast_ref::<CountingStorage>() else {
             return Ok(None);
         };
+        let flat = s.flat();
         Tensor::from_storage(
-            s.flat.storage().clone(),
+            flat.storage().clone(),
             t.dtype(),
             t.shape().to_vec(),
             t.strides().to_vec(),
-            t.offset() + s.flat.offset(),
+            t.offset() + flat.offset(),
         )
         .map(Some)
+    }
+
+    /// The storage of one of this backend's tensors.
+    fn storage_of(t: &Tensor) -> Option<&CountingStorage> {
+        let Storage::Device(d) = &**t.storage() else {
+            return None;
+        };
+        d.as_any().downcast_ref::<CountingStorage>()
+    }
+}
+
+/// A closure recorded by a [`CountingBackend::recording`] backend.
+struct CountingRecording<'a> {
+    backend: CountingBackend,
+    work: Mutex<Box<dyn FnMut() -> Result<()> + Send + 'a>>,
+}
+
+impl Recorded for CountingRecording<'_> {
+    fn replay(&self) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        self.backend.lock().replays += 1;
+        let mut work = self.work.lock().unwrap_or_else(|e| e.into_inner());
+        self.backend.replaying.fetch_add(1, Ordering::SeqCst);
+        let r = work();
+        self.backend.replaying.fetch_sub(1, Ordering::SeqCst);
+        r
     }
 }
 
@@ -146,12 +215,12 @@ impl Backend for CountingBackend {
     }
 
     fn upload(&self, t: &Tensor) -> Result<Tensor> {
-        self.lock().uploads += 1;
+        self.transfer(|c| c.uploads += 1);
         self.wrap(t)
     }
 
     fn to_cpu(&self, t: &Tensor) -> Result<Tensor> {
-        self.lock().downloads += 1;
+        self.transfer(|c| c.downloads += 1);
         match Self::host_view(t)? {
             Some(h) => h.contiguous(),
             None => Ok(t.clone()),
@@ -199,9 +268,58 @@ impl Backend for CountingBackend {
             if mixed > 0 {
                 c.implicit_uploads += mixed;
                 *c.mixed_ops.entry(name).or_default() += 1;
+                if self.replaying.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+                    c.transfers_in_replays += mixed;
+                }
             }
         }
         let out = op.run_cpu()?;
         self.wrap(&out)
+    }
+
+    /// Replaces the destination's buffer with the source's values (a CPU source is an upload;
+    /// one inside a replay is counted as such).
+    fn write_into(&self, dst: &Tensor, src: &Tensor) -> Result<()> {
+        let bad =
+            |why: &str| aria_core::CoreError::shape("write_into", why, &[dst.shape(), src.shape()]);
+        let Some(st) = Self::storage_of(dst) else {
+            return Err(bad("the destination is not a counting-backend tensor"));
+        };
+        if dst.shape() != src.shape() || dst.dtype() != src.dtype() {
+            return Err(bad(
+                "the source must have the destination's shape and dtype",
+            ));
+        }
+        if !dst.is_contiguous()
+            || dst.offset() != 0
+            || st.len_bytes != dst.elem_count() * dst.dtype().size()
+        {
+            return Err(bad("the destination must be a whole contiguous buffer"));
+        }
+        let host = match Self::host_view(src)? {
+            Some(h) => h,
+            None => {
+                self.transfer(|c| c.uploads += 1);
+                src.clone()
+            }
+        };
+        let flat = host.contiguous()?.reshape(&[dst.elem_count()])?;
+        *st.flat.lock().unwrap_or_else(|e| e.into_inner()) = flat;
+        self.lock().writes += 1;
+        Ok(())
+    }
+
+    fn record<'a>(
+        &self,
+        work: Box<dyn FnMut() -> Result<()> + Send + 'a>,
+    ) -> Result<Option<Box<dyn Recorded + 'a>>> {
+        if !self.records {
+            return Ok(None);
+        }
+        self.lock().recordings += 1;
+        Ok(Some(Box::new(CountingRecording {
+            backend: self.clone(),
+            work: Mutex::new(work),
+        })))
     }
 }

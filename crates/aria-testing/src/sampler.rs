@@ -63,17 +63,27 @@ impl SamplerReplay {
     /// `cfg_scale` (the other guidance settings at their defaults), consuming the recorded
     /// draws; returns the final latents, still on the device.
     pub fn ping_pong(self, dit: &Dit, cfg_scale: f32) -> Tensor {
-        let cond = DitConditioning {
-            cross_attn_cond: &self.cross,
-            global_cond: &self.global,
-            local_add_cond: Some(&self.local),
-        };
         let opts = GuidedOptions {
             guidance: Guidance {
                 cfg_scale,
                 ..Default::default()
             },
             ..Default::default()
+        };
+        self.ping_pong_with(dit, opts)
+    }
+
+    /// The recorded σ schedule (one more value than steps).
+    pub fn sigmas(&self) -> &[f32] {
+        &self.sigmas
+    }
+
+    /// [`SamplerReplay::ping_pong`] with any guidance options and hook.
+    pub fn ping_pong_with(self, dit: &Dit, opts: GuidedOptions<'_>) -> Tensor {
+        let cond = DitConditioning {
+            cross_attn_cond: &self.cross,
+            global_cond: &self.global,
+            local_add_cond: Some(&self.local),
         };
         let model = GuidedDit::new(dit, &cond, None, Some(&self.mask), opts)
             .unwrap_or_else(|e| panic!("guided DiT of the fixture sample: {e}"));

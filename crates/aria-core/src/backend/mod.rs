@@ -132,6 +132,15 @@ pub fn format_list(f: &[(crate::nn::WeightFormat, bool)]) -> String {
     v.join(", ")
 }
 
+/// Device work recorded once by [`Backend::record`] and relaunched as a whole (a CUDA graph):
+/// the per-step work of a sampler, which runs the same ops on the same buffers at every step
+/// and reads what changes (the state, the noise levels) from device buffers written before
+/// each replay ([`Backend::write_into`]).
+pub trait Recorded: Send {
+    /// Relaunch the recorded work (queued on the device, like any op).
+    fn replay(&self) -> Result<()>;
+}
+
 /// A compute backend for device-resident tensors.
 ///
 /// [`Backend::run`] receives every op whose operands live on this backend (CPU operands may be
@@ -187,6 +196,32 @@ pub trait Backend: Send + Sync {
     /// device keeps where it is unless its backend chooses otherwise.
     fn distinct_rows(&self, x: &Tensor) -> Result<Option<crate::ops::DistinctRows>> {
         let _ = x;
+        Ok(None)
+    }
+
+    /// Overwrite `dst` (one of this backend's contiguous tensors) in place with the values of
+    /// `src` (same shape and dtype; on this backend or on the CPU), so that a [recorded
+    /// step](Backend::record) reads new inputs from the buffers it was recorded with. The
+    /// default refuses (`write_into` is unsupported).
+    fn write_into(&self, dst: &Tensor, src: &Tensor) -> Result<()> {
+        let _ = (dst, src);
+        Err(CoreError::Unsupported {
+            op: "write_into",
+            backend: self.name().to_string(),
+        })
+    }
+
+    /// Record `work` once so that it can be relaunched as a whole ([`Recorded::replay`]):
+    /// CUDA records it as a graph. `work` only queues device ops on tensors of this backend; it
+    /// must not upload, download or wait, and it must leave its result in buffers allocated
+    /// before the recording ([`Backend::write_into`]); what it allocates is freed inside it.
+    /// Nothing runs at recording time: results appear at the first replay. `Ok(None)` (the
+    /// default) means this backend does not record, and the caller runs the work itself.
+    fn record<'a>(
+        &self,
+        work: Box<dyn FnMut() -> Result<()> + Send + 'a>,
+    ) -> Result<Option<Box<dyn Recorded + 'a>>> {
+        drop(work);
         Ok(None)
     }
 

@@ -121,11 +121,20 @@ pub struct Dit {
     project_out: Linear,
     /// `[R/2]` rotary inverse frequencies.
     inv_freq: Tensor,
+    /// `[F]` frequencies of the timestep features, for noise levels held in a tensor.
+    timestep_freqs: Tensor,
     /// `[1, M, E]` memory tokens (`None` without memory tokens).
     memory: Option<Tensor>,
     global_cond_embedder: Mlp,
     blocks: Vec<Block>,
     pub(crate) version: u64,
+}
+
+/// The noise levels of one evaluation: host values, or a `[B]` f32 tensor on the model's device.
+#[derive(Clone, Copy)]
+enum Sigmas<'a> {
+    Host(&'a [f32]),
+    Tensor(&'a Tensor),
 }
 
 fn input_err(what: &str, reason: String) -> DitError {
@@ -206,6 +215,14 @@ impl Dit {
             project_in: Linear::load(&tr.pp("project_in"), io, e, Bias::No)?,
             project_out: Linear::load(&tr.pp("project_out"), e, io, Bias::No)?,
             inv_freq,
+            timestep_freqs: Tensor::from_vec(
+                crate::conditioner::expo_frequencies(
+                    cfg.timestep_features_dim / 2,
+                    crate::conditioner::EXPO_MIN_FREQ,
+                    crate::conditioner::EXPO_MAX_FREQ,
+                ),
+                &[cfg.timestep_features_dim / 2],
+            )?,
             memory,
             global_cond_embedder: mlp("global_cond_embedder", &tr, e, 6 * e, Bias::Yes)?,
             blocks,
@@ -248,6 +265,7 @@ impl Dit {
             l.to_device(device)?;
         }
         move_to(&mut self.inv_freq, device)?;
+        move_to(&mut self.timestep_freqs, device)?;
         if let Some(m) = &mut self.memory {
             move_to(m, device)?;
         }
@@ -540,15 +558,61 @@ impl Dit {
         padding_mask: Option<&Tensor>,
         opts: &ForwardOptions<'_>,
     ) -> Result<DitOutput> {
-        aria_core::threads::install(|| self.forward_inner(x, t, ctx, padding_mask, opts))
+        aria_core::threads::install(|| {
+            let key_mask = self.key_mask_of(x, padding_mask)?;
+            self.forward_inner(x, Sigmas::Host(t), ctx, key_mask.as_ref(), opts)
+        })
+    }
+
+    /// [`Dit::forward_ctx`] with the noise levels in a `[B]` f32 tensor on the model's device
+    /// and the key mask already extended ([`Dit::key_mask_of`]): no value is read on the host
+    /// and nothing is uploaded, so the evaluation can be recorded and replayed
+    /// ([`aria_core::Backend::record`]). Hooks see `sigma: None`.
+    pub(crate) fn forward_recordable(
+        &self,
+        x: &Tensor,
+        t: &Tensor,
+        ctx: &DitContext,
+        key_mask: Option<&Tensor>,
+        opts: &ForwardOptions<'_>,
+    ) -> Result<DitOutput> {
+        aria_core::threads::install(|| {
+            self.forward_inner(x, Sigmas::Tensor(t), ctx, key_mask, opts)
+        })
+    }
+
+    /// The self-attention key mask `[B, M + T]` for `x [B, C, T]` and `padding_mask [B, T]`
+    /// (memory tokens valid), on the model's device; `None` without a padding mask.
+    pub(crate) fn key_mask_of(
+        &self,
+        x: &Tensor,
+        padding_mask: Option<&Tensor>,
+    ) -> Result<Option<Tensor>> {
+        let (Some(pm), [b, _, tl]) = (padding_mask, x.shape()) else {
+            return Ok(None);
+        };
+        let (b, tl, m) = (*b, *tl, self.cfg.num_memory_tokens);
+        if pm.shape() != [b, tl] {
+            return Err(input_err(
+                "padding_mask",
+                format!("shape {:?}, expected [{b}, {tl}]", pm.shape()),
+            ));
+        }
+        let pm = pm.to_dtype(DType::F32)?;
+        Ok(Some(if m > 0 {
+            let ones = on_device(&Tensor::full(&[b, m], 1.0), &self.device)?;
+            Tensor::cat(&[&ones, &pm], 1)?
+        } else {
+            pm
+        }))
     }
 
     fn forward_inner(
         &self,
         x: &Tensor,
-        t: &[f32],
+        t: Sigmas<'_>,
         ctx: &DitContext,
-        padding_mask: Option<&Tensor>,
+        key_mask: Option<&Tensor>,
         opts: &ForwardOptions<'_>,
     ) -> Result<DitOutput> {
         let (io, m) = (self.cfg.io_channels, self.cfg.num_memory_tokens);
@@ -566,12 +630,21 @@ impl Dit {
                 "prepared before the weights changed (LoRA, device); prepare it again".into(),
             ));
         }
-        if ctx.batch != b || t.len() != b {
+        let t_len = match t {
+            Sigmas::Host(v) => v.len(),
+            Sigmas::Tensor(v) if v.rank() == 1 => v.elem_count(),
+            Sigmas::Tensor(v) => {
+                return Err(input_err(
+                    "t",
+                    format!("shape {:?}, expected [{b}]", v.shape()),
+                ))
+            }
+        };
+        if ctx.batch != b || t_len != b {
             return Err(input_err(
                 "x / t",
                 format!(
-                    "batch {b}, t has {} values, context prepared for {}",
-                    t.len(),
+                    "batch {b}, t has {t_len} values, context prepared for {}",
                     ctx.batch
                 ),
             ));
@@ -586,12 +659,26 @@ impl Dit {
         }
         let n = m + tl;
 
-        // adaLN vector from global condition + timestep embedding (the features are computed
-        // on the host from the noise levels and copied to the model's device).
-        let tau = features::timestep_features(t, self.cfg.timestep_features_dim)?;
-        let temb = self
-            .to_timestep_embed
-            .forward(&on_device(&tau, &self.device)?)?;
+        // adaLN vector from global condition + timestep embedding (host noise levels: the
+        // features are computed on the host and copied to the model's device; a tensor of
+        // them: by the same op where it lives).
+        let tau = match t {
+            Sigmas::Host(v) => on_device(
+                &features::timestep_features(v, self.cfg.timestep_features_dim)?,
+                &self.device,
+            )?,
+            Sigmas::Tensor(v) => {
+                let dim = self.cfg.timestep_features_dim;
+                if dim == 0 || !dim.is_multiple_of(2) {
+                    return Err(input_err(
+                        "timestep_features_dim",
+                        format!("{dim} must be even and non-zero"),
+                    ));
+                }
+                ops::fourier_features(v, &self.timestep_freqs, ops::FourierLayout::CosSin)?
+            }
+        };
+        let temb = self.to_timestep_embed.forward(&tau)?;
         let gsum = ops::add(&ctx.global, &temb)?;
         let ada = self.global_cond_embedder.forward(&gsum)?;
 
@@ -619,30 +706,18 @@ impl Dit {
             sin: table.get(1)?,
         };
 
-        // Extended padding mask `[B, M + T]` (memory tokens valid).
-        let key_mask = match padding_mask {
-            Some(pm) => {
-                if pm.shape() != [b, tl] {
-                    return Err(input_err(
-                        "padding_mask",
-                        format!("shape {:?}, expected [{b}, {tl}]", pm.shape()),
-                    ));
-                }
-                let pm = pm.to_dtype(DType::F32)?;
-                Some(if m > 0 {
-                    let ones = on_device(&Tensor::full(&[b, m], 1.0), &self.device)?;
-                    Tensor::cat(&[&ones, &pm], 1)?
-                } else {
-                    pm
-                })
+        // The extended padding mask `[B, M + T]` (memory tokens valid), from `key_mask_of`.
+        if let Some(km) = key_mask {
+            if km.shape() != [b, n] {
+                return Err(input_err(
+                    "key mask",
+                    format!("shape {:?}, expected [{b}, {n}]", km.shape()),
+                ));
             }
-            None => None,
-        };
+        }
         // True masking: padded rows get zero self-attention and feed-forward outputs.
-        let invalid = key_mask
-            .as_ref()
-            .filter(|_| opts.mask_mode == KeyMaskMode::Exclude);
-        let self_mask = key_mask.as_ref().map(|km| SelfMask {
+        let invalid = key_mask.filter(|_| opts.mask_mode == KeyMaskMode::Exclude);
+        let self_mask = key_mask.map(|km| SelfMask {
             key_mask: km,
             mode: opts.mask_mode,
             zero_rows: invalid,
@@ -663,9 +738,12 @@ impl Dit {
                 let hctx = HookContext {
                     site: HookSite::Residual(i),
                     step: opts.step,
-                    sigma: Some(t),
+                    sigma: match t {
+                        Sigmas::Host(v) => Some(v),
+                        Sigmas::Tensor(_) => None,
+                    },
                     prefix_tokens: m,
-                    token_mask: key_mask.as_ref(),
+                    token_mask: key_mask,
                     guidance_rows: opts.guidance_rows,
                 };
                 h = run_hook(Some(hk), &hctx, h)?;

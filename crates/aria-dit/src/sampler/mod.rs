@@ -16,6 +16,7 @@
 mod guidance;
 mod lengths;
 mod noise;
+mod recorded;
 mod schedule;
 pub mod solvers;
 
@@ -252,12 +253,21 @@ pub struct GuidedOptions<'a> {
     pub mask_mode: KeyMaskMode,
     /// Hook at the DiT sites (residual after each block, text conditioning).
     pub hook: Option<&'a dyn ActivationHook>,
+    /// Evaluate the DiT op by op at every step even on a backend that records the step's
+    /// evaluation once and replays it (CUDA graphs, see [`GuidedDit`]): for comparisons.
+    pub op_by_op: bool,
 }
 
 /// The DiT as a [`VelocityModel`] for one generation: conditioning prepared once (cross
 /// K/V, local embeddings), CFG batched as `[cond; uncond]` when enabled.
 ///
 /// Inputs live on the model's device; so do the conditioning it prepares and the velocities.
+///
+/// On a backend that records work ([`aria_core::Backend::record`]: CUDA), each kind of step
+/// (guided or not; the hook's [step class](ActivationHook::step_class)) is recorded at its
+/// first occurrence, with `x` and `σ` read from device buffers, and replayed at every later
+/// one; the velocities are those of the op-by-op evaluation. A hook without a step class, or
+/// [`GuidedOptions::op_by_op`], keeps the op-by-op evaluation.
 pub struct GuidedDit<'a> {
     dit: &'a Dit,
     single: Option<DitContext>,
@@ -266,6 +276,7 @@ pub struct GuidedDit<'a> {
     /// `[mask; mask]` for the batched CFG pass.
     padding_mask2: Option<Tensor>,
     opts: GuidedOptions<'a>,
+    recordings: recorded::Recordings<'a>,
 }
 
 fn cat0(a: &Tensor, b: &Tensor) -> Result<Tensor> {
@@ -344,6 +355,7 @@ impl<'a> GuidedDit<'a> {
             padding_mask: padding_mask.cloned(),
             padding_mask2,
             opts,
+            recordings: recorded::Recordings::new(!opts.op_by_op),
         })
     }
 }
@@ -361,6 +373,23 @@ impl VelocityModel for GuidedDit<'_> {
         match (&self.guided, g.active_at(first)) {
             (Some(ctx), true) => {
                 let b = x.shape()[0];
+                let src = recorded::Source {
+                    dit: self.dit,
+                    ctx,
+                    padding_mask: self.padding_mask2.as_ref(),
+                    mask_mode: self.opts.mask_mode,
+                    hook: self.opts.hook,
+                };
+                if let Some(v) = self.recordings.velocity(&src, x, sigma, step, true)? {
+                    return guided_velocity(
+                        x,
+                        &v.narrow(0, 0, b)?,
+                        &v.narrow(0, b, b)?,
+                        sigma,
+                        self.padding_mask.as_ref(),
+                        &g,
+                    );
+                }
                 let x2 = cat0(x, x)?;
                 let t2: Vec<f32> = sigma.iter().chain(sigma).copied().collect();
                 let fo = ForwardOptions {
@@ -385,6 +414,16 @@ impl VelocityModel for GuidedDit<'_> {
                     what: "GuidedDit".into(),
                     reason: "no unguided context".into(),
                 })?;
+                let src = recorded::Source {
+                    dit: self.dit,
+                    ctx,
+                    padding_mask: self.padding_mask.as_ref(),
+                    mask_mode: self.opts.mask_mode,
+                    hook: self.opts.hook,
+                };
+                if let Some(v) = self.recordings.velocity(&src, x, sigma, step, false)? {
+                    return Ok(v);
+                }
                 Ok(self
                     .dit
                     .forward_ctx(x, sigma, ctx, self.padding_mask.as_ref(), &fo)?
