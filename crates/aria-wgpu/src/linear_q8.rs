@@ -1,5 +1,7 @@
 //! Packed weights: `q8_0` packed into this backend's layout at upload, and its products
-//! (weight-only and W8A8) in `linear_q8.wgsl` / `quantize_rows.wgsl`.
+//! (weight-only and W8A8) in `linear_q8.wgsl` / `quantize_rows.wgsl`; `q4_k` and `q6_k`
+//! (weight-only) in their own block layout (a `q6_k` block padded to a whole number of words),
+//! their products in `linear_kq.wgsl`.
 
 use super::launch::{Bind, Shader, Uniforms};
 use super::linear::u32_of;
@@ -9,41 +11,72 @@ use aria_core::{CoreError, DType, Result, Tensor};
 
 const LINEAR_Q8: Shader = Shader::new("linear_q8.wgsl", include_str!("linear_q8.wgsl"));
 const QUANTIZE: Shader = Shader::new("quantize_rows.wgsl", include_str!("quantize_rows.wgsl"));
+const LINEAR_KQ: Shader = Shader::new("linear_kq.wgsl", include_str!("linear_kq.wgsl"));
 
 /// Words per `q8_0` block in this backend's layout (the f32 scale, 8 words of int8).
 const BLOCK_WORDS: usize = 9;
 
+/// Bytes of one block in this backend's layout: `q8_0` with an f32 scale, `q4_k` as it is,
+/// `q6_k` padded from 210 bytes to a whole number of words.
+fn device_block_bytes(f: WeightFormat) -> Option<usize> {
+    match f {
+        WeightFormat::Q8_0 => Some(BLOCK_WORDS * 4),
+        WeightFormat::Q4K => Some(144),
+        WeightFormat::Q6K => Some(212),
+        _ => None,
+    }
+}
+
 impl WgpuBackend {
     /// The formats [`WgpuBackend::upload_packed_impl`] packs, with W8A8.
     pub(crate) fn packed_formats_impl(&self) -> Vec<(WeightFormat, bool)> {
-        vec![(WeightFormat::Q8_0, true)]
+        vec![
+            (WeightFormat::Q8_0, true),
+            (WeightFormat::Q4K, false),
+            (WeightFormat::Q6K, false),
+        ]
     }
 
     /// Repack `q8_0` blocks (34 bytes: f16 scale, 32 int8) into 36-byte blocks with an f32
     /// scale (the f16 value converted exactly), so the kernel reads whole aligned words; rows
     /// stay whole (a weight past one binding is split between rows).
     pub(crate) fn upload_packed_impl(&self, w: &PackedBlocks) -> Result<Tensor> {
-        if w.format != WeightFormat::Q8_0 {
+        let Some(dbb) =
+            device_block_bytes(w.format).filter(|_| !w.w8a8 || w.format == WeightFormat::Q8_0)
+        else {
             return Err(be_err(format!(
-                "no kernel for packed {} weights (formats here: q8_0, q8_0+w8a8)",
-                w.format
+                "no kernel for packed {}{} weights (formats here: {})",
+                w.format,
+                if w.w8a8 { " (W8A8)" } else { "" },
+                aria_core::backend::format_list(&self.packed_formats_impl())
             )));
-        }
-        let nb = w.cols.div_ceil(32);
-        let (rb, nrb) = (WeightFormat::Q8_0.row_bytes(w.cols), nb * BLOCK_WORDS * 4);
+        };
+        let (bb, be) = (w.format.block_bytes(), w.format.block_elems());
+        let nb = w.cols.div_ceil(be);
+        let (rb, nrb) = (w.format.row_bytes(w.cols), nb * dbb);
         if w.data.dtype() != DType::U8 || w.data.shape() != [w.rows, rb] {
             return Err(CoreError::shape(
                 "upload_packed",
-                "q8_0 blocks must be U8 [rows, ⌈cols / 32⌉ · 34]",
+                format!(
+                    "{} blocks must be U8 [rows, ⌈cols / {be}⌉ · {bb}]",
+                    w.format
+                ),
                 &[w.data.shape(), &[w.rows, rb]],
             ));
         }
         let src = w.data.contiguous()?.to_vec::<u8>()?;
+        if w.format == WeightFormat::Q4K {
+            return self.upload_impl(&Tensor::from_vec(src, &[w.rows, nrb])?);
+        }
         let mut out = vec![0u8; w.rows * nrb];
-        for (blk, o) in src.chunks_exact(34).zip(out.chunks_exact_mut(36)) {
-            let d = aria_core::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-            o[..4].copy_from_slice(&d.to_le_bytes());
-            o[4..].copy_from_slice(&blk[2..]);
+        for (blk, o) in src.chunks_exact(bb).zip(out.chunks_exact_mut(dbb)) {
+            if w.format == WeightFormat::Q8_0 {
+                let d = aria_core::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+                o[..4].copy_from_slice(&d.to_le_bytes());
+                o[4..].copy_from_slice(&blk[2..]);
+            } else {
+                o[..bb].copy_from_slice(blk);
+            }
         }
         let t = Tensor::from_vec(out, &[w.rows, nrb])?;
         self.upload_impl(&t)
@@ -62,8 +95,9 @@ impl WgpuBackend {
     ) -> Result<Tensor> {
         const OP: &str = "linear_packed";
         let out_shape = aria_core::ops::linear_packed_shape(x, format, w8a8, [n, k], b)?;
-        let row_bytes = k.div_ceil(32) * BLOCK_WORDS * 4;
-        if format != WeightFormat::Q8_0 || w.shape() != [n, row_bytes] || w.dtype() != DType::U8 {
+        let dbb = device_block_bytes(format).filter(|_| !w8a8 || format == WeightFormat::Q8_0);
+        let row_bytes = k.div_ceil(format.block_elems()) * dbb.unwrap_or(0);
+        if dbb.is_none() || w.shape() != [n, row_bytes] || w.dtype() != DType::U8 {
             return Err(be_err(format!(
                 "{OP}: the weight is not a {format} weight uploaded here (shape {:?})",
                 w.shape()
@@ -124,10 +158,15 @@ impl WgpuBackend {
                 .u32(b_off.map_or(0, |(_, o)| o) + r0 as u32)
                 .size("N", n)?
                 .size("column", r0)?;
+            let (shader, entry, constant) = match format {
+                WeightFormat::Q8_0 => (&LINEAR_Q8, "linear_q8", ("W8A8", u32::from(w8a8))),
+                WeightFormat::Q4K => (&LINEAR_KQ, "linear_kq", ("FORMAT", 0)),
+                _ => (&LINEAR_KQ, "linear_kq", ("FORMAT", 1)),
+            };
             self.launch(
-                &LINEAR_Q8,
-                "linear_q8",
-                &[("W8A8", u32::from(w8a8))],
+                shader,
+                entry,
+                &[constant],
                 &[
                     Bind::T(&xin),
                     Bind::Buf(wbuf),

@@ -493,9 +493,12 @@ fn other_formats_and_bad_shapes_are_refused_by_name() {
     let Some(be) = backend() else { return };
     let dev = Device::Backend(Arc::new(be));
     let w = rand_t(&[8, 256], 11);
-    let p: Arc<dyn PackedWeight> = Arc::new(packed(&w, Format::Q4K, Compute::WeightOnly));
+    let p: Arc<dyn PackedWeight> = Arc::new(aria_core::nn::Bf16DotWeight::pack(&w).unwrap());
     let e = dev.put_packed(&p).unwrap_err().to_string();
-    assert!(e.contains("q4_k") && e.contains("q8_0"), "{e}");
+    assert!(
+        e.contains("bf16_panels") && e.contains("q8_0") && e.contains("q4_k"),
+        "{e}"
+    );
     let p: Arc<dyn PackedWeight> = Arc::new(packed(&w, Format::Q8_0, Compute::WeightOnly));
     let on = dev.put_packed(&p).unwrap();
     let e = on

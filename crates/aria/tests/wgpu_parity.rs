@@ -376,3 +376,65 @@ fn e2e_q8_on_wgpu_matches_the_cpu_q8() {
         "W8A8 on wgpu {wgpu_w8a8:.3e} vs the CPU's own {cpu_w8a8:.3e}"
     );
 }
+
+/// `--precision q4` and `q4-mixed` on wgpu against the same runs on the CPU: the DiT's `q4_k`
+/// and `q6_k` weights go to the device in their own block layout and run by its k-quant kernel
+/// (`q8_0` where a width does not fit a 256-wide block). Weight-only: the two sides sum the
+/// same dequantized products in another order, so the 8 steps drift apart by rounding only.
+#[cfg(feature = "quant")]
+#[test]
+fn e2e_q4_on_wgpu_matches_the_cpu_q4() {
+    const KQ_TOL: f32 = 1e-5;
+    if backend().is_none() {
+        return;
+    }
+    let folder = "sa3-tiny";
+    let (Some(dir), Some(file)) = (
+        fixture(folder),
+        fixture(&format!("{folder}/e2e.safetensors")),
+    ) else {
+        aria_testing::skip("fixtures absent");
+        return;
+    };
+    let files = resolve_model(&dir.display().to_string(), &SearchPaths::default()).unwrap();
+    use aria::quant::WeightPrecision;
+    for (precision, format) in [
+        (WeightPrecision::Q4, "q4_k"),
+        (WeightPrecision::Q4Mixed, "q6_k"),
+    ] {
+        let mut latents = Vec::new();
+        for device in [DeviceKind::Cpu, DeviceKind::Wgpu] {
+            let opts = LoadOptions {
+                device,
+                precision: Some(precision),
+                text_precision: Some(Precision::F32),
+                ..Default::default()
+            };
+            let pipe = Pipeline::load(&files, &opts).unwrap();
+            let kinds: Vec<String> = pipe
+                .dit()
+                .linears()
+                .iter()
+                .map(|l| l.weight().kind())
+                .collect();
+            assert!(
+                kinds.iter().any(|k| k.contains(format)),
+                "{precision:?} on {device:?}: no {format} layer in {kinds:?}"
+            );
+            let mut req = GenerateRequest::new("warm ambient pad", 0.1);
+            req.duration_padding_sec = 0.1;
+            let mut noise = PipelineNoise::open(&file, "").unwrap();
+            let out = pipe
+                .generate(&req, &mut noise, &mut |_| {
+                    std::ops::ControlFlow::Continue(())
+                })
+                .unwrap();
+            let v = out.latents.to_vec_f32().unwrap();
+            assert!(v.iter().all(|x| x.is_finite()), "{precision:?} {device:?}");
+            latents.push(v);
+        }
+        let e = rel_err(&latents[1], &latents[0]);
+        eprintln!("{folder} {precision:?} wgpu vs cpu: {e:.2e}");
+        assert!(e <= KQ_TOL, "{precision:?} wgpu vs cpu: {e:.3e}");
+    }
+}
