@@ -123,3 +123,79 @@ extern "C" __global__ void linear_bf16_pairs_f32(const float* x, const u32* w, c
         if (lane == 0) y[o] = bias ? acc + bias[j] : acc;
     }
 }
+
+// `q4_k`, weight-only: blocks of 256 weights (144 bytes: f16 `d`, f16 `dmin`, 12 bytes of
+// 6-bit scales and mins, 128 bytes of 4-bit values); the lanes take the blocks' 32-weight
+// sub-blocks in turn, each weight dequantized as the reference does, `(d·sc)·q − dmin·m`.
+extern "C" __global__ void linear_q4_k_f32(const float* x, const unsigned char* w,
+                                           const float* bias, float* y, u64 m, u64 n, u64 k) {
+    const u64 nb = (k + 255) / 256, row_bytes = nb * 144;
+    const u64 per_block = blockDim.x >> 5;
+    const u64 stride = (u64)gridDim.x * per_block;
+    const int lane = threadIdx.x & 31;
+    for (u64 o = (u64)blockIdx.x * per_block + (threadIdx.x >> 5); o < m * n; o += stride) {
+        const u64 r = o / n, c = o % n;
+        const float* xr = x + r * k;
+        const unsigned char* wr = w + c * row_bytes;
+        float acc = 0.0f;
+        for (u64 u = lane; u < nb * 8; u += 32) {
+            const unsigned char* blk = wr + (u >> 3) * 144;
+            const unsigned char* sc = blk + 4;
+            const int j = (int)(u & 7);
+            int s, mn;
+            if (j < 4) {
+                s = sc[j] & 63;
+                mn = sc[j + 4] & 63;
+            } else {
+                s = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
+                mn = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+            }
+            const float d1 = ld_f16(blk) * (float)s, m1 = ld_f16(blk + 2) * (float)mn;
+            const unsigned char* qs = blk + 16 + 32 * (j / 2);
+            const int shift = 4 * (j % 2);
+            const u64 k0 = (u >> 3) * 256 + 32 * (u64)j;
+            float dot = 0.0f;
+            for (int l = 0; l < 32 && k0 + l < k; ++l)
+                dot += xr[k0 + l] * (d1 * (float)((qs[l] >> shift) & 0xF) - m1);
+            acc += dot;
+        }
+        acc = warp_sum(acc);
+        if (lane == 0) y[o] = bias ? acc + bias[c] : acc;
+    }
+}
+
+// `q6_k`, weight-only: blocks of 256 weights (210 bytes: 128 bytes of low 4 bits, 64 of high
+// 2 bits, 16 int8 scales, f16 `d`); the lanes take the 16-weight sub-blocks in turn, each
+// weight dequantized as the reference does, `(d·sc)·(q − 32)`.
+extern "C" __global__ void linear_q6_k_f32(const float* x, const unsigned char* w,
+                                           const float* bias, float* y, u64 m, u64 n, u64 k) {
+    const u64 nb = (k + 255) / 256, row_bytes = nb * 210;
+    const u64 per_block = blockDim.x >> 5;
+    const u64 stride = (u64)gridDim.x * per_block;
+    const int lane = threadIdx.x & 31;
+    for (u64 o = (u64)blockIdx.x * per_block + (threadIdx.x >> 5); o < m * n; o += stride) {
+        const u64 r = o / n, c = o % n;
+        const float* xr = x + r * k;
+        const unsigned char* wr = w + c * row_bytes;
+        float acc = 0.0f;
+        for (u64 u = lane; u < nb * 16; u += 32) {
+            const unsigned char* blk = wr + (u >> 4) * 210;
+            const int s = (int)(u & 15);
+            const float d1 = ld_f16(blk + 208) * (float)(signed char)blk[192 + s];
+            float dot = 0.0f;
+            for (int t = 0; t < 16; ++t) {
+                const int e = 16 * s + t;
+                const u64 i = (u >> 4) * 256 + (u64)e;
+                if (i >= k) break;
+                const int h = e >> 7, part = (e & 127) >> 5, l = e & 31;
+                const int qlb = blk[64 * h + 32 * (part & 1) + l];
+                const int lo = part < 2 ? (qlb & 0xF) : (qlb >> 4);
+                const int hi = (blk[128 + 32 * h + l] >> (2 * part)) & 3;
+                dot += xr[i] * (d1 * (float)((lo | (hi << 4)) - 32));
+            }
+            acc += dot;
+        }
+        acc = warp_sum(acc);
+        if (lane == 0) y[o] = bias ? acc + bias[c] : acc;
+    }
+}

@@ -111,6 +111,8 @@ pub const SOURCES: &[KernelSource] = &[
             "quantize_rows_i8",
             "linear_q8_0_w8a8_f32",
             "linear_bf16_pairs_f32",
+            "linear_q4_k_f32",
+            "linear_q6_k_f32",
         ],
     },
     KernelSource {

@@ -78,6 +78,16 @@ pub fn route(op: &Op) -> Route {
             w8a8: false,
             ..
         } => Kernels(&["linear_bf16_pairs_f32"]),
+        Op::LinearPacked {
+            format: WeightFormat::Q4K,
+            w8a8: false,
+            ..
+        } => Kernels(&["linear_q4_k_f32"]),
+        Op::LinearPacked {
+            format: WeightFormat::Q6K,
+            w8a8: false,
+            ..
+        } => Kernels(&["linear_q6_k_f32"]),
         Op::QkvHeads { .. } => Kernels(&["qkv_heads_f32"]),
         Op::RopeTable { .. } => Kernels(&["rope_table_f32"]),
         _ => Unsupported,

@@ -9,9 +9,11 @@ use crate::backend::{be_err, CudaBackend, KArg};
 use crate::launch;
 
 /// The packed formats the kernels run, each with whether W8A8 runs on it.
-pub(crate) const PACKED_FORMATS: [(WeightFormat, bool); 2] = [
+pub(crate) const PACKED_FORMATS: [(WeightFormat, bool); 4] = [
     (WeightFormat::Q8_0, true),
     (WeightFormat::Bf16Panels, false),
+    (WeightFormat::Q4K, false),
+    (WeightFormat::Q6K, false),
 ];
 
 /// The blocks of a weight to upload: a format the kernels run, `U8 [rows, row_bytes]`.
@@ -123,6 +125,8 @@ impl CudaBackend {
                 )?
             }
             (WeightFormat::Bf16Panels, false) => weight_only("linear_bf16_pairs_f32")?,
+            (WeightFormat::Q4K, false) => weight_only("linear_q4_k_f32")?,
+            (WeightFormat::Q6K, false) => weight_only("linear_q6_k_f32")?,
             _ => {
                 return Err(CoreError::Unsupported {
                     op: OP,
@@ -187,9 +191,11 @@ mod tests {
         assert!(check_blocks(&blocks(WeightFormat::Bf16Panels, false, 2, 7, 16)).is_ok());
         let e = check_blocks(&blocks(WeightFormat::Q8_0, false, 3, 40, 34)).unwrap_err();
         assert!(e.to_string().contains("row_bytes"), "{e}");
-        let e = check_blocks(&blocks(WeightFormat::Q4K, false, 3, 256, 144)).unwrap_err();
+        assert!(check_blocks(&blocks(WeightFormat::Q4K, false, 3, 256, 144)).is_ok());
+        assert!(check_blocks(&blocks(WeightFormat::Q6K, false, 3, 512, 420)).is_ok());
+        let e = check_blocks(&blocks(WeightFormat::Q4K, true, 3, 256, 144)).unwrap_err();
         assert!(
-            e.to_string().contains("q4_k") && e.to_string().contains("bf16_panels"),
+            e.to_string().contains("q4_k") && e.to_string().contains("W8A8"),
             "{e}"
         );
         let e = check_blocks(&blocks(WeightFormat::Bf16Panels, true, 2, 7, 16)).unwrap_err();
