@@ -23,7 +23,11 @@
 //! steering takes no span.
 //!
 //! The arithmetic is [`aria_core::ops`] tensor code, so it runs where the activation lives; the
-//! direction is copied to a device once and cached.
+//! direction is copied to a device once and cached ([`ActivationHook::prepare`] does it before
+//! a sampler records its step there). On a backend that records the DiT evaluation (CUDA
+//! graphs), steps are recorded once per [step class](ActivationHook::step_class): which
+//! residual steerings' spans hold the step. The strengths are constants of the hook, recorded
+//! with it.
 
 use std::sync::Mutex;
 
