@@ -300,6 +300,29 @@ fn e2e_pipeline_on_wgpu() {
     }
 }
 
+/// The fixture generation's latents (`warm ambient pad`, 0.1 s, the recorded draws of `e2e`)
+/// with `files` loaded under `opts`, with the pipeline (all finite).
+#[cfg(feature = "quant")]
+fn e2e_latents(
+    files: &aria::discover::ModelFiles,
+    e2e: &std::path::Path,
+    opts: &LoadOptions,
+) -> (Pipeline, Vec<f32>) {
+    let pipe = Pipeline::load(files, opts).unwrap();
+    assert_eq!(pipe.device().is_cpu(), opts.device == DeviceKind::Cpu);
+    let mut req = GenerateRequest::new("warm ambient pad", 0.1);
+    req.duration_padding_sec = 0.1;
+    let mut noise = PipelineNoise::open(e2e, "").unwrap();
+    let out = pipe
+        .generate(&req, &mut noise, &mut |_| {
+            std::ops::ControlFlow::Continue(())
+        })
+        .unwrap();
+    let v = out.latents.to_vec_f32().unwrap();
+    assert!(v.iter().all(|x| x.is_finite()), "{opts:?}");
+    (pipe, v)
+}
+
 /// `--precision q8` (weight-only and `--w8a8`) on wgpu against the same runs on the CPU: the
 /// DiT's `q8_0` weights are packed at upload into the backend's layout and run by its kernels.
 ///
@@ -345,19 +368,7 @@ fn e2e_q8_on_wgpu_matches_the_cpu_q8() {
                 text_precision: Some(Precision::F32),
                 ..Default::default()
             };
-            let pipe = Pipeline::load(&files, &opts).unwrap();
-            assert_eq!(pipe.device().is_cpu(), device == DeviceKind::Cpu);
-            let mut req = GenerateRequest::new("warm ambient pad", 0.1);
-            req.duration_padding_sec = 0.1;
-            let mut noise = PipelineNoise::open(&file, "").unwrap();
-            let out = pipe
-                .generate(&req, &mut noise, &mut |_| {
-                    std::ops::ControlFlow::Continue(())
-                })
-                .unwrap();
-            let v = out.latents.to_vec_f32().unwrap();
-            assert!(v.iter().all(|x| x.is_finite()), "{device:?} w8a8={w8a8}");
-            per_device.push(v);
+            per_device.push(e2e_latents(&files, &file, &opts).1);
         }
         latents.push(per_device);
     }
@@ -410,7 +421,7 @@ fn e2e_q4_on_wgpu_matches_the_cpu_q4() {
                 text_precision: Some(Precision::F32),
                 ..Default::default()
             };
-            let pipe = Pipeline::load(&files, &opts).unwrap();
+            let (pipe, v) = e2e_latents(&files, &file, &opts);
             let kinds: Vec<String> = pipe
                 .dit()
                 .linears()
@@ -421,16 +432,6 @@ fn e2e_q4_on_wgpu_matches_the_cpu_q4() {
                 kinds.iter().any(|k| k.contains(format)),
                 "{precision:?} on {device:?}: no {format} layer in {kinds:?}"
             );
-            let mut req = GenerateRequest::new("warm ambient pad", 0.1);
-            req.duration_padding_sec = 0.1;
-            let mut noise = PipelineNoise::open(&file, "").unwrap();
-            let out = pipe
-                .generate(&req, &mut noise, &mut |_| {
-                    std::ops::ControlFlow::Continue(())
-                })
-                .unwrap();
-            let v = out.latents.to_vec_f32().unwrap();
-            assert!(v.iter().all(|x| x.is_finite()), "{precision:?} {device:?}");
             latents.push(v);
         }
         let e = rel_err(&latents[1], &latents[0]);
