@@ -300,6 +300,23 @@ fn e2e_pipeline_on_wgpu() {
     }
 }
 
+/// sa3-tiny's model files and its `e2e` recording, with wgpu present (`None`: skipped, saying
+/// why).
+#[cfg(feature = "quant")]
+fn e2e_fixture() -> Option<(&'static str, aria::discover::ModelFiles, std::path::PathBuf)> {
+    backend()?;
+    let folder = "sa3-tiny";
+    let (Some(dir), Some(file)) = (
+        fixture(folder),
+        fixture(&format!("{folder}/e2e.safetensors")),
+    ) else {
+        aria_testing::skip("fixtures absent");
+        return None;
+    };
+    let files = resolve_model(&dir.display().to_string(), &SearchPaths::default()).unwrap();
+    Some((folder, files, file))
+}
+
 /// The fixture generation's latents (`warm ambient pad`, 0.1 s, the recorded draws of `e2e`)
 /// with `files` loaded under `opts`, with the pipeline (all finite).
 #[cfg(feature = "quant")]
@@ -343,18 +360,9 @@ fn e2e_latents(
 fn e2e_q8_on_wgpu_matches_the_cpu_q8() {
     const Q8_TOL: f32 = 1e-5;
     const W8A8_RATIO: f32 = 1.5;
-    if backend().is_none() {
-        return;
-    }
-    let folder = "sa3-tiny";
-    let (Some(dir), Some(file)) = (
-        fixture(folder),
-        fixture(&format!("{folder}/e2e.safetensors")),
-    ) else {
-        aria_testing::skip("fixtures absent");
+    let Some((folder, files, file)) = e2e_fixture() else {
         return;
     };
-    let files = resolve_model(&dir.display().to_string(), &SearchPaths::default()).unwrap();
     // [weight-only, W8A8] × [CPU, wgpu]
     let mut latents = Vec::new();
     for w8a8 in [false, true] {
@@ -396,18 +404,9 @@ fn e2e_q8_on_wgpu_matches_the_cpu_q8() {
 #[test]
 fn e2e_q4_on_wgpu_matches_the_cpu_q4() {
     const KQ_TOL: f32 = 1e-5;
-    if backend().is_none() {
-        return;
-    }
-    let folder = "sa3-tiny";
-    let (Some(dir), Some(file)) = (
-        fixture(folder),
-        fixture(&format!("{folder}/e2e.safetensors")),
-    ) else {
-        aria_testing::skip("fixtures absent");
+    let Some((folder, files, file)) = e2e_fixture() else {
         return;
     };
-    let files = resolve_model(&dir.display().to_string(), &SearchPaths::default()).unwrap();
     use aria::quant::WeightPrecision;
     for (precision, format) in [
         (WeightPrecision::Q4, "q4_k"),

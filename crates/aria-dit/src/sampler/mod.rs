@@ -422,7 +422,9 @@ impl VelocityModel for GuidedDit<'_> {
                     hook: self.opts.hook,
                 };
                 if let Some(v) = self.recordings.velocity(&src, x, sigma, step, false)? {
-                    return Ok(v);
+                    // A copy: the next replay overwrites the buffer while a solver may keep
+                    // this velocity (RK4's k1). `x·1` is `x`, bit for bit.
+                    return Ok(ops::mul_scalar(&v, 1.0)?);
                 }
                 Ok(self
                     .dit

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use aria_core::backend::Recorded;
 use aria_core::hooks::ActivationHook;
 use aria_core::ops::KeyMaskMode;
-use aria_core::{ops, Backend, CoreError, DType, Device, Tensor};
+use aria_core::{Backend, CoreError, DType, Device, Tensor};
 
 use crate::dit::{Dit, DitContext, ForwardOptions};
 use crate::{DitError, Result};
@@ -66,7 +66,8 @@ impl<'a> Recordings<'a> {
 
     /// The velocity rows of `x` (`[cond; uncond]` when `guided`: `x` twice) at `sigma` (one
     /// value per row of `x`), from a replay; `None` where the step is evaluated op by op.
-    /// The result is the recording's buffer: read it before the next replay.
+    /// The result is the recording's buffer, which the next replay overwrites: use it before
+    /// then, or copy it.
     pub(super) fn velocity(
         &self,
         src: &Source<'a, '_>,
@@ -119,9 +120,7 @@ impl<'a> Recordings<'a> {
         let n = sigma.len();
         be.write_into(&r.sigma, &Tensor::from_vec(sigma, &[n])?)?;
         r.rec.replay()?;
-        // A copy: the buffer is overwritten by the next replay while a solver may keep this
-        // velocity (RK4's k1). `x·1` is `x`, bit for bit.
-        Ok(Some(ops::mul_scalar(&r.v, 1.0)?))
+        Ok(Some(r.v.clone()))
     }
 }
 
