@@ -80,10 +80,19 @@ pub fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     if rayon::current_thread_index().is_some() {
         return f();
     }
+    let f = with_callers_isa(f);
     match current_pool() {
         Some(p) => p.install(f),
         None => rayon::scope(|_| f()),
     }
+}
+
+/// `f`, run wherever, with the ISA path selected on the calling thread
+/// ([`aria_cpu::with_isa`]): the CPU kernels read the selection when they start, and `f` may
+/// start on a pool worker.
+fn with_callers_isa<R>(f: impl FnOnce() -> R + Send) -> impl FnOnce() -> R + Send {
+    let isa = crate::cpu::current();
+    move || crate::cpu::with_isa(isa, f)
 }
 
 /// Run `f` on a pool of exactly `n` threads built for the call (tests and benchmarks comparing
@@ -96,7 +105,7 @@ pub fn with_threads<R: Send>(n: usize, f: impl FnOnce() -> R + Send) -> Result<R
         .num_threads(n)
         .build()
         .map_err(|e| CoreError::Invalid(format!("cannot start {n} CPU threads: {e}")))?;
-    Ok(p.install(f))
+    Ok(p.install(with_callers_isa(f)))
 }
 
 /// A CPU thread pool passed as a value: every op run inside [`Pool::install`] uses it,
@@ -137,7 +146,7 @@ impl Pool {
 
     /// Run `f` with every op inside it on this pool.
     pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
-        self.pool.install(f)
+        self.pool.install(with_callers_isa(f))
     }
 
     /// Run `f` on the calling thread with every op it starts there on this pool (each op's
@@ -197,5 +206,25 @@ mod tests {
         }));
         assert!(r.is_err());
         assert!(ENTERED.with(|e| e.borrow().is_none()));
+    }
+
+    /// The ISA path chosen on the calling thread goes with the work to the pool worker that runs
+    /// it (the CPU bodies read it there when they start), whichever way the pool is reached.
+    #[test]
+    fn the_callers_isa_choice_reaches_the_worker() {
+        use crate::cpu::{self, Isa};
+        let pool = Pool::new(2).unwrap();
+        for isa in Isa::available() {
+            cpu::with_isa(isa, || {
+                assert_eq!(install(cpu::current), isa);
+                assert_eq!(pool.install(cpu::current), isa);
+                assert_eq!(with_threads(2, cpu::current).unwrap(), isa);
+                // On the worker, not on the caller.
+                assert!(install(|| rayon::current_thread_index().is_some()));
+            });
+        }
+        // Restored afterwards, on the worker too.
+        let best = cpu::current();
+        assert_eq!(install(cpu::current), best);
     }
 }

@@ -3,6 +3,15 @@
 //! The CPU kernels of aria, on plain slices (no tensors, no allocation policy): `aria-core`'s
 //! ops run them on CPU tensors, and any other code can call them directly.
 //!
+//! Besides the per-ISA kernels, every op of the set has its CPU body here, as a function of
+//! slices and sizes: [`attention`] (plain, masked, banded, differential; and on the AMX unit),
+//! [`fused`] (the DiT's and the samplers' fused row ops, SAME's head split), [`rowwise`]
+//! (element-wise, broadcast, softmax, embedding rows, RoPE, the norms), [`layout`] (unfold,
+//! masked-row fill), [`products`] (batched matmul, convolution), [`torch_bf16`] (PyTorch's bf16
+//! CPU arithmetic, bit for bit), with [`gemm`] and [`bf16dot`] for the products. A body splits
+//! its work over the rayon pool it is called on and reads the selected ISA path once, when it
+//! starts.
+//!
 //! CPU kernels: a scalar reference and runtime-dispatched SIMD paths (AVX2/FMA on x86-64, NEON on
 //! aarch64), one file per ISA with the same function names. On x86-64 CPUs with AVX-512F an extra
 //! path runs the matrix micro-kernel and the element-wise row kernels on 512-bit registers (the
@@ -78,19 +87,25 @@ mod amx;
 pub mod amx_attn;
 #[cfg(target_arch = "x86_64")]
 pub mod amx_peak;
+pub mod attention;
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub mod avx512;
 pub mod bf16dot;
+pub mod fused;
 pub mod gemm;
 pub mod kernels;
+pub mod layout;
 #[cfg(target_arch = "aarch64")]
 pub mod neon;
 #[cfg(target_arch = "x86_64")]
 mod prefetch;
+pub mod products;
+pub mod rowwise;
 pub mod scalar;
 pub mod simd;
+pub mod torch_bf16;
 pub mod transpose;
 
 /// An instruction-set path.

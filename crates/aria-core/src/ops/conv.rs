@@ -1,11 +1,6 @@
-use rayon::prelude::*;
-
 use super::{f32_data, route};
 use crate::backend::Op;
-use crate::cpu::{
-    self,
-    gemm::{gemm, BSrc},
-};
+use crate::cpu::products::{self, ConvDims};
 use crate::{threads, CoreError, Result, Tensor};
 
 /// 1-D convolution, stride 1: `x [B, Cin, L]`, `w [Cout, Cin, K]`, optional `b [Cout]`,
@@ -35,28 +30,16 @@ pub fn conv1d(x: &Tensor, w: &Tensor, b: Option<&Tensor>, padding: usize) -> Res
     let xd = f32_data(x)?;
     let wd = f32_data(w)?;
     let bd = b.map(f32_data).transpose()?;
-    let isa = cpu::current();
-    let mut out = vec![0f32; bn * cout * lo];
-    if lo > 0 && cout > 0 {
-        threads::install(|| {
-            out.par_chunks_mut(cout * lo)
-                .enumerate()
-                .for_each(|(bi, o)| {
-                    let src = BSrc::Conv {
-                        x: &xd[bi * cin * l..(bi + 1) * cin * l],
-                        l,
-                        kw: k,
-                        pad: padding,
-                    };
-                    gemm(isa, cout, lo, cin * k, &wd, cin * k, &src, o);
-                    if let Some(bd) = &bd {
-                        for (row, b) in o.chunks_mut(lo).zip(bd.iter()) {
-                            row.iter_mut().for_each(|v| *v += b);
-                        }
-                    }
-                });
-        });
-    }
+    let dims = ConvDims {
+        b: bn,
+        cin,
+        l,
+        cout,
+        k,
+        lo,
+        padding,
+    };
+    let out = threads::install(|| products::conv1d(&xd, &wd, bd.as_deref(), dims));
     Tensor::from_vec(out, &[bn, cout, lo])
 }
 

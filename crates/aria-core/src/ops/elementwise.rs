@@ -1,30 +1,21 @@
-use rayon::prelude::*;
-
 use super::{f32_data, route};
 use crate::backend::{BinaryOp, Op, UnaryOp};
-use crate::cpu::{self, rows};
+use crate::cpu::{self, rows, rowwise};
 use crate::{threads, CoreError, DType, Result, Tensor};
-
-/// Elements per parallel chunk of elementwise ops (a fixed size, so results never depend on the
-/// thread count).
-const CHUNK: usize = 4096;
 
 /// Apply `f` to every element (f32 result, same shape).
 pub fn map(x: &Tensor, f: impl Fn(f32) -> f32 + Sync) -> Result<Tensor> {
     let mut v = f32_data(x)?.into_owned();
-    threads::install(|| {
-        v.par_chunks_mut(CHUNK)
-            .for_each(|c| c.iter_mut().for_each(|e| *e = f(*e)))
-    });
+    let f = &f;
+    threads::install(|| rowwise::map(&mut v, f));
     Tensor::from_vec(v, x.shape())
 }
 
-/// Apply a row kernel to every chunk of a copy of `x` (the kernels work element by element, so
-/// the chunking never shows in the result).
+/// Apply a row kernel to every chunk of a copy of `x` ([`aria_cpu::rowwise::map_rows`]).
 fn map_rows(x: &Tensor, f: impl Fn(cpu::Isa, &mut [f32]) + Sync) -> Result<Tensor> {
     let mut v = f32_data(x)?.into_owned();
-    let isa = cpu::current();
-    threads::install(|| v.par_chunks_mut(CHUNK).for_each(|c| f(isa, c)));
+    let f = &f;
+    threads::install(|| rowwise::map_rows(&mut v, f));
     Tensor::from_vec(v, x.shape())
 }
 
@@ -149,23 +140,13 @@ pub fn glu(x: &Tensor, act: GluAct) -> Result<Tensor> {
     let d2 = s.last().copied().unwrap_or(0);
     let f = d2 / 2;
     let xd = f32_data(x)?;
-    let rows = x.elem_count() / d2.max(1);
-    let mut out = vec![0f32; rows * f];
-    let isa = cpu::current();
-    if f > 0 {
-        threads::install(|| {
-            out.par_chunks_mut(f).enumerate().for_each(|(r, o)| {
-                let xr = &xd[r * d2..(r + 1) * d2];
-                let (val, gate) = xr.split_at(f);
-                match act {
-                    GluAct::Silu => rows::swiglu(isa, o, val, gate),
-                    GluAct::Gelu => rows::geglu(isa, o, val, gate),
-                    GluAct::GeluTanh => rows::geglu_tanh(isa, o, val, gate),
-                    GluAct::SinPi => rows::sin_pi_glu(isa, o, val, gate),
-                }
-            })
-        });
-    }
+    let gate: rowwise::GateKernel = match act {
+        GluAct::Silu => rows::swiglu,
+        GluAct::Gelu => rows::geglu,
+        GluAct::GeluTanh => rows::geglu_tanh,
+        GluAct::SinPi => rows::sin_pi_glu,
+    };
+    let out = threads::install(|| rowwise::glu(&xd, d2, gate));
     let mut shape = s.to_vec();
     if let Some(l) = shape.last_mut() {
         *l = f;
@@ -174,25 +155,6 @@ pub fn glu(x: &Tensor, act: GluAct) -> Result<Tensor> {
 }
 
 use crate::backend::check::broadcast_shape;
-
-fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
-    let r = out.len();
-    let cs = crate::tensor::contiguous_strides(shape);
-    (0..r)
-        .map(|i| {
-            if i + shape.len() < r {
-                0
-            } else {
-                let j = i + shape.len() - r;
-                if shape[j] == 1 {
-                    0
-                } else {
-                    cs[j]
-                }
-            }
-        })
-        .collect()
-}
 
 /// Elementwise binary op with NumPy broadcasting (f32 result).
 pub fn binary_map(
@@ -204,59 +166,8 @@ pub fn binary_map(
     let shape = broadcast_shape(op, a.shape(), b.shape())?;
     let ad = f32_data(a)?;
     let bd = f32_data(b)?;
-    let n: usize = shape.iter().product();
-    if a.shape() == shape.as_slice() && b.shape() == shape.as_slice() {
-        let mut out = vec![0f32; n];
-        threads::install(|| {
-            out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, o)| {
-                let s = c * CHUNK;
-                for ((v, x), y) in o.iter_mut().zip(&ad[s..]).zip(&bd[s..]) {
-                    *v = f(*x, *y);
-                }
-            })
-        });
-        return Tensor::from_vec(out, &shape);
-    }
-    // General case: iterate over rows of the last dimension.
-    let sa = broadcast_strides(a.shape(), &shape);
-    let sb = broadcast_strides(b.shape(), &shape);
-    let last = *shape.last().unwrap_or(&1);
-    let mut out = vec![0f32; n];
-    if last > 0 {
-        threads::install(|| {
-            out.par_chunks_mut(last).enumerate().for_each(|(row, o)| {
-                let mut rem = row;
-                let (mut ia, mut ib) = (0usize, 0usize);
-                for d in (0..shape.len().saturating_sub(1)).rev() {
-                    let i = rem % shape[d];
-                    rem /= shape[d];
-                    ia += i * sa[d];
-                    ib += i * sb[d];
-                }
-                let (la, lb) = (sa[shape.len() - 1], sb[shape.len() - 1]);
-                match (la, lb) {
-                    (1, 1) => {
-                        for ((v, x), y) in o.iter_mut().zip(&ad[ia..]).zip(&bd[ib..]) {
-                            *v = f(*x, *y);
-                        }
-                    }
-                    (1, 0) => {
-                        let y = bd[ib];
-                        o.iter_mut().zip(&ad[ia..]).for_each(|(v, x)| *v = f(*x, y));
-                    }
-                    (0, 1) => {
-                        let x = ad[ia];
-                        o.iter_mut().zip(&bd[ib..]).for_each(|(v, y)| *v = f(x, *y));
-                    }
-                    _ => {
-                        for (j, v) in o.iter_mut().enumerate() {
-                            *v = f(ad[ia + j * la], bd[ib + j * lb]);
-                        }
-                    }
-                }
-            })
-        });
-    }
+    let f = &f;
+    let out = threads::install(|| rowwise::binary_map(&ad, a.shape(), &bd, b.shape(), &shape, f));
     Tensor::from_vec(out, &shape)
 }
 
@@ -321,16 +232,7 @@ pub fn softmax_last(x: &Tensor) -> Result<Tensor> {
     route!("softmax", [x], Op::Softmax { x: x.clone() });
     let d = x.shape().last().copied().unwrap_or(0);
     let mut v = f32_data(x)?.into_owned();
-    let isa = cpu::current();
-    if d > 0 {
-        threads::install(|| {
-            v.par_chunks_mut(d).for_each(|r| {
-                let mx = rows::max(isa, r);
-                let s = rows::exp_sub_sum(isa, r, mx);
-                rows::scale(isa, r, 1.0 / s);
-            })
-        });
-    }
+    threads::install(|| rowwise::softmax_rows(&mut v, d));
     Tensor::from_vec(v, x.shape())
 }
 
@@ -358,14 +260,7 @@ pub fn embedding(ids: &Tensor, table: &Tensor) -> Result<Tensor> {
     }
     let table = table.contiguous()?;
     let td = crate::ops::wdata("embedding", &table)?;
-    let mut out = vec![0f32; idv.len() * d];
-    if d > 0 {
-        threads::install(|| {
-            out.par_chunks_mut(d)
-                .zip(&idv)
-                .for_each(|(row, &id)| td.read(id as usize * d, row));
-        });
-    }
+    let out = threads::install(|| rowwise::gather_rows(&td, &idv, d));
     let mut shape = ids.shape().to_vec();
     shape.push(d);
     Tensor::from_vec(out, &shape)
@@ -411,14 +306,6 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     let sn = f32_data(sin)?;
     let xc = x.contiguous()?;
     let mut v = f32_data(&xc)?.into_owned();
-    let isa = cpu::current();
-    if d > 0 && n > 0 {
-        threads::install(|| {
-            v.par_chunks_mut(d).enumerate().for_each(|(row, e)| {
-                let p = row % n;
-                rows::rope_half(isa, e, &c[p * r..(p + 1) * r], &sn[p * r..(p + 1) * r]);
-            })
-        });
-    }
+    threads::install(|| rowwise::rope_rows(&mut v, &c, &sn, n, d, r));
     Tensor::from_vec(v, s)
 }

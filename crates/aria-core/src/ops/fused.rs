@@ -12,18 +12,12 @@
 //! - [`axpby`]: `a_i·x + b_i·y` with one pair of scalars per batch item (sampler updates);
 //! - [`apg_guidance`]: classifier-free guidance with the APG projection and the norm clamp.
 //!
-//! The reductions and the per-element work use the dispatched row kernels (`cpu::rows`:
-//! `sumsq`, `norm_gain`, `norm_gain_modulate`, `add_mul_to`, `rope_half`, `axpby`); the
-//! per-element kernels use separate multiplies and adds in the scalar formula's order (never an
-//! FMA), so every ISA path gives the same bits for them. Head split/merge are data movement
-//! (`copy_from_slice`); `apg_guidance` stays portable (its f64 reductions in element order
-//! define its bits).
-
-use rayon::prelude::*;
+//! On CPU tensors they run the slice kernels of [`aria_cpu::fused`], which say how each ISA
+//! path keeps the same bits.
 
 use super::{f32_data, route};
 use crate::backend::Op;
-use crate::cpu::{self, rows};
+use crate::cpu::fused as kernel;
 use crate::{threads, CoreError, Result, Tensor};
 
 use crate::backend::check::dims3;
@@ -56,33 +50,14 @@ pub fn rms_norm_modulate(
         }
     );
     const OP: &str = "rms_norm_modulate";
-    let [b, n, e] = dims3(OP, "x", x)?;
+    let [_, n, e] = dims3(OP, "x", x)?;
     let xd = f32_data(x)?;
     let g = f32_data(gamma)?;
     let ss = scale_shift
         .map(|(sc, sh)| Ok::<_, CoreError>((f32_data(sc)?, f32_data(sh)?)))
         .transpose()?;
-    let mut out = vec![0f32; b * n * e];
-    if e > 0 {
-        let isa = cpu::current();
-        threads::install(|| {
-            out.par_chunks_mut(e)
-                .zip(xd.par_chunks(e))
-                .enumerate()
-                .for_each(|(row, (o, xr))| {
-                    let inv = 1.0 / (rows::sumsq(isa, xr) / e as f32 + eps).sqrt();
-                    match &ss {
-                        Some((sc, sh)) => {
-                            let bi = row / n;
-                            let sc = &sc[bi * e..(bi + 1) * e];
-                            let sh = &sh[bi * e..(bi + 1) * e];
-                            rows::norm_gain_modulate(isa, o, xr, inv, &g, sc, sh);
-                        }
-                        None => rows::norm_gain(isa, o, xr, inv, &g),
-                    }
-                })
-        });
-    }
+    let ss = ss.as_ref().map(|(a, b)| (&a[..], &b[..]));
+    let out = threads::install(|| kernel::rms_norm_modulate(&xd, n, e, &g, eps, ss));
     Tensor::from_vec(out, x.shape())
 }
 
@@ -115,23 +90,9 @@ pub fn gated_residual_add(
     let mask = mask_rows(row_mask)?;
     let mut out = f32_data(h)?.into_owned();
     let ud = f32_data(u)?;
-    if e > 0 && nu > 0 {
-        let skip = n - nu;
-        let isa = cpu::current();
-        threads::install(|| {
-            out.par_chunks_mut(e).enumerate().for_each(|(row, hr)| {
-                let (bi, p) = (row / n, row % n);
-                if p < skip || mask.as_ref().is_some_and(|m| !m[row]) {
-                    return;
-                }
-                let ur = &ud[(bi * nu + p - skip) * e..][..e];
-                match &g {
-                    Some(g) => rows::add_mul_to(isa, hr, ur, &g[bi * e..(bi + 1) * e]),
-                    None => rows::add_to(isa, hr, ur),
-                }
-            })
-        });
-    }
+    threads::install(|| {
+        kernel::gated_residual_add(&mut out, &ud, n, nu, e, g.as_deref(), mask.as_deref())
+    });
     Tensor::from_vec(out, h.shape())
 }
 
@@ -174,27 +135,17 @@ pub fn split_heads(
         None => None,
     };
     let src = f32_data(x)?;
-    let mut out = vec![0f32; b * heads * n * d];
-    if d > 0 && n > 0 {
-        let isa = cpu::current();
-        threads::install(|| {
-            out.par_chunks_mut(d).enumerate().for_each(|(idx, oh)| {
-                let (bh, p) = (idx / n, idx % n);
-                let (bi, hi) = (bh / heads, bh % heads);
-                let sh = &src[(bi * n + p) * w + col + hi * d..][..d];
-                match &gamma {
-                    Some((g, eps)) => {
-                        let inv = 1.0 / (rows::sumsq(isa, sh) / d as f32 + eps).sqrt();
-                        rows::norm_gain(isa, oh, sh, inv, g);
-                    }
-                    None => oh.copy_from_slice(sh),
-                }
-                if let Some((c, s, r)) = &tables {
-                    rows::rope_half(isa, oh, &c[p * r..(p + 1) * r], &s[p * r..(p + 1) * r]);
-                }
-            })
-        });
-    }
+    let out = threads::install(|| {
+        kernel::split_heads(
+            &src,
+            [b, n, w],
+            col,
+            heads,
+            d,
+            gamma.as_ref().map(|(g, eps)| (&g[..], *eps)),
+            tables.as_ref().map(|(c, s, r)| (&c[..], &s[..], *r)),
+        )
+    });
     Tensor::from_vec(out, &[b, heads, n, d])
 }
 
@@ -216,23 +167,8 @@ pub fn merge_heads(x: &Tensor, row_mask: Option<&Tensor>) -> Result<Tensor> {
     let mask = mask_rows(row_mask)?;
     let xc = x.contiguous()?;
     let a = f32_data(&xc)?;
-    let e = h * d;
-    let mut out = vec![0f32; b * n * e];
-    if e > 0 && n > 0 {
-        threads::install(|| {
-            out.par_chunks_mut(e).enumerate().for_each(|(row, o)| {
-                if mask.as_ref().is_some_and(|m| !m[row]) {
-                    return;
-                }
-                let (bi, i) = (row / n, row % n);
-                for hi in 0..h {
-                    let src = ((bi * h + hi) * n + i) * d;
-                    o[hi * d..(hi + 1) * d].copy_from_slice(&a[src..src + d]);
-                }
-            })
-        });
-    }
-    Tensor::from_vec(out, &[b, n, e])
+    let out = threads::install(|| kernel::merge_heads(&a, [b, h, n, d], mask.as_deref()));
+    Tensor::from_vec(out, &[b, n, h * d])
 }
 
 /// `a[i]·x + b[i]·y` for batch item `i` (the first dimension of `x` and `y`, which have one
@@ -251,17 +187,7 @@ pub fn axpby(a: &[f32], x: &Tensor, b: &[f32], y: &Tensor) -> Result<Tensor> {
     let items = x.shape().first().copied().unwrap_or(1);
     let xd = f32_data(x)?;
     let yd = f32_data(y)?;
-    let per = x.elem_count() / items.max(1);
-    let mut out = vec![0f32; x.elem_count()];
-    if per > 0 {
-        let isa = cpu::current();
-        threads::install(|| {
-            out.par_chunks_mut(per).enumerate().for_each(|(i, o)| {
-                let (xr, yr) = (&xd[i * per..(i + 1) * per], &yd[i * per..(i + 1) * per]);
-                rows::axpby(isa, o, a[i], xr, b[i], yr);
-            })
-        });
-    }
+    let out = threads::install(|| kernel::axpby(a, &xd, b, &yd, items));
     Tensor::from_vec(out, x.shape())
 }
 
@@ -307,80 +233,13 @@ pub fn apg_guidance(
     let [b, c, t] = dims3(OP, "x", x)?;
     let m = mask_rows(mask)?;
     let (xd, vc, vu) = (f32_data(x)?, f32_data(v_cond)?, f32_data(v_uncond)?);
-    let per = c * t;
-    let mut out = vec![0f32; b * per];
-    if per == 0 {
-        return Tensor::from_vec(out, x.shape());
-    }
-    // One item per task: the f64 reductions run in element order inside it.
-    threads::install(|| {
-        out.par_chunks_mut(per).enumerate().for_each(|(bi, o)| {
-            let s = sigma[bi];
-            let r = bi * per..(bi + 1) * per;
-            let xs = &xd[r.clone()];
-            let dc: Vec<f32> = xs
-                .iter()
-                .zip(&vc[r.clone()])
-                .map(|(x, v)| x - v * s)
-                .collect();
-            let du: Vec<f32> = xs.iter().zip(&vu[r]).map(|(x, v)| x - v * s).collect();
-            let mut diff: Vec<f32> = dc.iter().zip(&du).map(|(a, b)| a - b).collect();
-            let mk: Vec<f32> = match &m {
-                Some(m) => (0..per)
-                    .map(|i| if m[bi * t + i % t] { 1.0 } else { 0.0 })
-                    .collect(),
-                None => vec![1.0; per],
-            };
-            if norm_threshold > 0.0 {
-                let norm = diff
-                    .iter()
-                    .zip(&mk)
-                    .map(|(d, m)| ((d * m) as f64).powi(2))
-                    .sum::<f64>()
-                    .sqrt() as f32;
-                let f = (norm_threshold / norm).min(1.0);
-                diff.iter_mut().for_each(|d| *d *= f);
-            }
-            let used: Vec<f32> = if apg_scale == 0.0 {
-                diff
-            } else {
-                let (v1, floor): (Vec<f32>, f32) = if m.is_some() {
-                    (dc.iter().zip(&mk).map(|(a, m)| a * m).collect(), 1e-8)
-                } else {
-                    (dc.clone(), 1e-12)
-                };
-                let norm =
-                    (v1.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt() as f32).max(floor);
-                let v1n: Vec<f32> = v1.iter().map(|v| v / norm).collect();
-                let dot = diff
-                    .iter()
-                    .zip(&v1n)
-                    .map(|(a, b)| (a * b) as f64)
-                    .sum::<f64>() as f32;
-                let orth: Vec<f32> = if m.is_some() {
-                    diff.iter()
-                        .zip(&v1n)
-                        .zip(&mk)
-                        .map(|((d, u), m)| (d - dot * u) * m)
-                        .collect()
-                } else {
-                    diff.iter().zip(&v1n).map(|(d, u)| d - dot * u).collect()
-                };
-                if apg_scale == 1.0 {
-                    orth
-                } else {
-                    orth.iter()
-                        .zip(&diff)
-                        .map(|(o, d)| apg_scale * o + (1.0 - apg_scale) * d)
-                        .collect()
-                }
-            };
-            for i in 0..per {
-                let d = dc[i] + (cfg_scale - 1.0) * used[i];
-                o[i] = (xs[i] - d) / s;
-            }
-        })
-    });
+    let g = kernel::Guidance {
+        cfg_scale,
+        apg_scale,
+        norm_threshold,
+    };
+    let out =
+        threads::install(|| kernel::apg_guidance(&xd, &vc, &vu, [b, c, t], sigma, m.as_deref(), g));
     Tensor::from_vec(out, x.shape())
 }
 
@@ -400,22 +259,7 @@ pub fn cfg_rescale(v: &Tensor, v_cond: &Tensor, phi: f32) -> Result<Tensor> {
     );
     let [nb, c, t] = dims3("cfg_rescale", "v", v)?;
     let (vd, cd) = (f32_data(v)?, f32_data(v_cond)?);
-    let std = |d: &[f32], b: usize, p: usize| {
-        let at = |k: usize| d[(b * c + k) * t + p] as f64;
-        let mean = (0..c).map(at).sum::<f64>() / c as f64;
-        let var = (0..c).map(|k| (at(k) - mean).powi(2)).sum::<f64>() / (c as f64 - 1.0);
-        var.sqrt()
-    };
-    let mut out = vd.to_vec();
-    for b in 0..nb {
-        for p in 0..t {
-            let ratio = (std(&cd, b, p) / std(&vd, b, p)) as f32;
-            for k in 0..c {
-                let i = (b * c + k) * t + p;
-                out[i] = phi * (vd[i] * ratio) + (1.0 - phi) * vd[i];
-            }
-        }
-    }
+    let out = kernel::cfg_rescale(&vd, &cd, [nb, c, t], phi);
     Tensor::from_vec(out, v.shape())
 }
 

@@ -1,7 +1,5 @@
 //! Data-layout ops: copies that rearrange elements without arithmetic.
 
-use rayon::prelude::*;
-
 use super::{f32_data, route};
 use crate::backend::Op;
 use crate::{threads, Result, Tensor};
@@ -15,24 +13,6 @@ pub fn unfold(x: &Tensor, k: usize) -> Result<Tensor> {
     let s = x.shape();
     let (b, l, c) = (s[0], s[1], s[2]);
     let xd = f32_data(x)?;
-    let half = k / 2;
-    let mut col = vec![0f32; b * l * k * c];
-    if k * c > 0 {
-        threads::install(|| {
-            col.par_chunks_mut(k * c)
-                .enumerate()
-                .for_each(|(row_i, row)| {
-                    let (bi, t) = (row_i / l, row_i % l);
-                    for kk in 0..k {
-                        let src = t + kk;
-                        if src >= half && src - half < l {
-                            let st = src - half;
-                            row[kk * c..(kk + 1) * c]
-                                .copy_from_slice(&xd[(bi * l + st) * c..][..c]);
-                        }
-                    }
-                })
-        });
-    }
+    let col = threads::install(|| crate::cpu::layout::unfold(&xd, [b, l, c], k));
     Tensor::from_vec(col, &[b, l, k * c])
 }

@@ -1,9 +1,7 @@
-use rayon::prelude::*;
-
 use super::route;
 use super::{f32_data, require_float};
 use crate::backend::Op;
-use crate::cpu::gemm::{gemm, gemm_vec, BSrc, PackedB};
+use crate::cpu::gemm::{gemm_vec, BSrc, PackedB};
 use crate::{cpu, threads, Result, Tensor};
 
 pub use crate::backend::check::linear_dims;
@@ -90,16 +88,7 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let (batch, m, k, n) = crate::backend::check::matmul_dims(a, b)?;
     let ad = f32_data(a)?;
     let bd = f32_data(b)?;
-    let isa = cpu::current();
-    let mut out = vec![0f32; batch * m * n];
-    if m * n > 0 {
-        threads::install(|| {
-            out.par_chunks_mut(m * n).enumerate().for_each(|(bi, o)| {
-                let bsrc = BSrc::Kn(&bd[bi * k * n..(bi + 1) * k * n], n);
-                gemm(isa, m, n, k, &ad[bi * m * k..(bi + 1) * m * k], k, &bsrc, o);
-            });
-        });
-    }
+    let out = threads::install(|| crate::cpu::products::matmul(&ad, &bd, [batch, m, k, n]));
     let mut shape = a.shape().to_vec();
     if let Some(l) = shape.last_mut() {
         *l = n;

@@ -1,8 +1,6 @@
-use rayon::prelude::*;
-
 use super::{f32_data, route};
 use crate::backend::Op;
-use crate::cpu::{self, rows};
+use crate::cpu::rowwise::{self, RmsGain};
 use crate::{threads, Result, Tensor};
 
 /// Which RMSNorm scale convention to use.
@@ -33,28 +31,13 @@ pub fn rms_norm(x: &Tensor, w: Option<&Tensor>, eps: f32, style: RmsStyle) -> Re
     );
     let d = rows(x);
     let xd = f32_data(x)?;
-    let mut out = vec![0f32; xd.len()];
     let wd = w.map(f32_data).transpose()?;
-    if d == 0 {
-        return Tensor::from_vec(out, x.shape());
-    }
-    let isa = cpu::current();
-    threads::install(|| {
-        out.par_chunks_mut(d)
-            .zip(xd.par_chunks(d))
-            .for_each(|(o, r)| {
-                let ms = rows::sumsq(isa, r) / d as f32;
-                let inv = 1.0 / (ms + eps).sqrt();
-                match (&wd, style) {
-                    (Some(w), RmsStyle::Plain) => rows::norm_gain(isa, o, r, inv, w),
-                    (Some(w), RmsStyle::OnePlus) => rows::norm_gain1p(isa, o, r, inv, w),
-                    (None, _) => {
-                        o.copy_from_slice(r);
-                        rows::scale(isa, o, inv);
-                    }
-                }
-            })
-    });
+    let gain = match (&wd, style) {
+        (Some(w), RmsStyle::Plain) => RmsGain::Plain(w),
+        (Some(w), RmsStyle::OnePlus) => RmsGain::OnePlus(w),
+        (None, _) => RmsGain::None,
+    };
+    let out = threads::install(|| rowwise::rms_norm(&xd, d, eps, gain));
     Tensor::from_vec(out, x.shape())
 }
 
@@ -74,18 +57,7 @@ pub fn layer_norm(x: &Tensor, w: Option<&Tensor>, b: Option<&Tensor>, eps: f32) 
     let mut out = f32_data(x)?.into_owned();
     let wd = w.map(f32_data).transpose()?;
     let bd = b.map(f32_data).transpose()?;
-    if d == 0 {
-        return Tensor::from_vec(out, x.shape());
-    }
-    let isa = cpu::current();
-    threads::install(|| {
-        out.par_chunks_mut(d).for_each(|r| {
-            let mean = rows::sum(isa, r) / d as f32;
-            let var = rows::sumsq_dev(isa, r, mean) / d as f32;
-            let inv = 1.0 / (var + eps).sqrt();
-            rows::layer_norm_row(isa, r, mean, inv, wd.as_deref(), bd.as_deref());
-        })
-    });
+    threads::install(|| rowwise::layer_norm(&mut out, d, eps, wd.as_deref(), bd.as_deref()));
     Tensor::from_vec(out, x.shape())
 }
 
@@ -102,18 +74,9 @@ pub fn dyt(x: &Tensor, alpha: f32, gamma: &Tensor, beta: &Tensor) -> Result<Tens
         }
     );
     let d = rows(x);
-    let mut out = vec![0f32; x.elem_count()];
     let g = f32_data(gamma)?;
     let b = f32_data(beta)?;
-    if d == 0 {
-        return Tensor::from_vec(out, x.shape());
-    }
     let xs = f32_data(x)?;
-    let isa = cpu::current();
-    threads::install(|| {
-        out.par_chunks_mut(d)
-            .zip(xs.par_chunks(d))
-            .for_each(|(o, r)| cpu::dyt_on(isa, o, r, alpha, &g, &b))
-    });
+    let out = threads::install(|| rowwise::dyt(&xs, d, alpha, &g, &b));
     Tensor::from_vec(out, x.shape())
 }

@@ -2,11 +2,9 @@
 //! partial rotary embedding, rotary tables at absolute positions, and the per-row standard
 //! deviation of the SoftNorm bottleneck noise.
 
-use rayon::prelude::*;
-
 use super::{f32_data, route};
 use crate::backend::Op;
-use crate::cpu;
+use crate::cpu::fused::{self as kernel, DytNorm};
 use crate::{threads, Result, Tensor};
 
 /// Rotary tables for positions `pos0 .. pos0 + n`: `[2, n, 2F]` (`cos` then `sin` of
@@ -85,8 +83,6 @@ pub fn qkv_heads(
         }
     );
     let (b, n, dh) = crate::backend::check::qkv_dims(x, parts, part, heads, rope.map(|r| r.0))?;
-    let d = heads * dh;
-    let np = parts;
     let nd = match norm {
         Some(nm) => Some((nm.alpha, f32_data(nm.gamma)?, f32_data(nm.beta)?)),
         None => None,
@@ -96,27 +92,20 @@ pub fn qkv_heads(
         None => None,
     };
     let xd = f32_data(x)?;
-    let mut out = vec![0f32; b * heads * n * dh];
-    if out.is_empty() {
-        return Tensor::from_vec(out, &[b, heads, n, dh]);
-    }
-    // The path is read here: a `with_isa` override is per thread and the rows run on workers.
-    let isa = cpu::current();
-    threads::install(|| {
-        out.par_chunks_mut(n * dh).enumerate().for_each(|(bh, o)| {
-            let (bi, hh) = (bh / heads, bh % heads);
-            for t in 0..n {
-                let src = &xd[(bi * n + t) * np * d + part * d + hh * dh..][..dh];
-                let dst = &mut o[t * dh..(t + 1) * dh];
-                match &nd {
-                    Some((alpha, g, be)) => cpu::dyt_on(isa, dst, src, *alpha, g, be),
-                    None => dst.copy_from_slice(src),
-                }
-                if let Some((c, sn, r)) = &rd {
-                    cpu::rows::rope_half(isa, dst, &c[t * r..(t + 1) * r], &sn[t * r..(t + 1) * r]);
-                }
-            }
-        })
+    let out = threads::install(|| {
+        kernel::qkv_heads(
+            &xd,
+            [b, n, dh],
+            parts,
+            part,
+            heads,
+            nd.as_ref().map(|(alpha, gamma, beta)| DytNorm {
+                alpha: *alpha,
+                gamma,
+                beta,
+            }),
+            rd.as_ref().map(|(c, s, r)| (&c[..], &s[..], *r)),
+        )
     });
     Tensor::from_vec(out, &[b, heads, n, dh])
 }
@@ -242,8 +231,8 @@ mod tests {
             window: Some((band, band)),
             ..crate::ops::AttnOpts::new(0.125)
         };
-        for isa in cpu::Isa::available() {
-            cpu::with_isa(isa, || -> Result<()> {
+        for isa in crate::cpu::Isa::available() {
+            crate::cpu::with_isa(isa, || -> Result<()> {
                 let whole = crate::ops::attention(&q, &k, &v, &opts)?.to_vec::<f32>()?;
                 for (lo, len) in [(1, 90), (23, 67), (40, 110), (7, 143)] {
                     let part = |t: &Tensor| t.narrow(2, lo, len);

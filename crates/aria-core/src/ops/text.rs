@@ -1,8 +1,6 @@
 //! Ops of the text conditioning: Fourier features of scalar conditions and the replacement of
 //! masked sequence rows (padding embeddings, the unconditional context).
 
-use rayon::prelude::*;
-
 use super::{f32_data, route};
 use crate::backend::Op;
 use crate::{threads, Result, Tensor};
@@ -79,20 +77,7 @@ pub fn fill_masked_rows(x: &Tensor, mask: &Tensor, fill: Option<&Tensor>) -> Res
     let mut out = f32_data(&xc)?.into_owned();
     let m = f32_data(mask)?;
     let fv = fill.map(f32_data).transpose()?;
-    if d > 0 {
-        threads::install(|| {
-            out.par_chunks_mut(d)
-                .zip(m.par_iter())
-                .for_each(|(row, &keep)| {
-                    if keep == 0.0 {
-                        match &fv {
-                            Some(f) => row.copy_from_slice(f),
-                            None => row.fill(0.0),
-                        }
-                    }
-                })
-        });
-    }
+    threads::install(|| crate::cpu::layout::fill_masked_rows(&mut out, d, &m, fv.as_deref()));
     Tensor::from_vec(out, s)
 }
 

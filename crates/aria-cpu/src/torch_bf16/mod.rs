@@ -17,27 +17,23 @@
 //! Products of two bf16 values are exact in f32, so a fused multiply-add and a multiply followed
 //! by an add give the same result here; only the additions round.
 //!
-//! The tensor-level functions are ops of the set (see [`crate::backend`]): [`linear`],
-//! [`attention`], [`rms_norm`], [`rope`], [`gelu_tanh`], [`round_tensor`], [`add`] and [`mul`]
-//! each route to the backend their operands live on (`torch_bf16_*` ops), so the replay runs
-//! wherever the f32 path runs; a backend without them returns `Unsupported`.
+//! These are the kernels, on slices; `aria_core::ops::torch_bf16` runs them on CPU tensors as
+//! the `torch_bf16_*` ops of the set (a device backend implements the same ops its own way).
 
 use half::bf16;
 
-mod attention;
 mod elementwise;
+mod flash;
 mod linear;
 
-pub use attention::{attention, flash_attention, flash_softmax_row, FLASH_KV_BLOCK};
-pub use elementwise::{
-    add, binary, gelu_tanh, gelu_tanh_value, mul, rms_norm, rope, round_tensor, tanh,
-};
+pub use elementwise::{gelu_tanh, gelu_tanh_value, rms_norm_rows, rope_rows, tanh};
+pub use flash::{flash_attention, flash_softmax_row, FlashDims, FLASH_KV_BLOCK};
 pub use linear::linear;
 
 /// f32 lanes of one AVX2 register (`Vectorized<float>`), the width the orders are defined by.
 pub const LANES: usize = 8;
 /// Elements of one main-loop block of [`dot`] (8 registers of [`LANES`]).
-const BLOCK: usize = 64;
+pub(crate) const BLOCK: usize = 64;
 
 /// Round an f32 to the nearest bf16 (ties to even), returned widened.
 #[inline]
@@ -239,16 +235,26 @@ pub fn exp_u20(x: f32) -> f32 {
 #[cfg(test)]
 pub(super) mod test_values {
     use super::round;
-    use crate::rng::Xoshiro256pp;
+
+    /// A small xorshift generator for test inputs.
+    pub struct Rng(pub u64);
+    impl Rng {
+        fn next_u64(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
 
     /// A uniform value in [0, 1).
-    pub fn unit(rng: &mut Xoshiro256pp) -> f32 {
+    pub fn unit(rng: &mut Rng) -> f32 {
         (rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32
     }
 
     /// Values whose sums depend on the order: a spread of magnitudes and large cancelling pairs,
     /// rounded to bf16.
-    pub fn hostile(rng: &mut Xoshiro256pp, n: usize) -> Vec<f32> {
+    pub fn hostile(rng: &mut Rng, n: usize) -> Vec<f32> {
         let mut v: Vec<f32> = (0..n)
             .map(|_| {
                 let m = unit(rng) * 2.0 - 1.0;

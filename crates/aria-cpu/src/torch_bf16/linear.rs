@@ -1,11 +1,7 @@
 use rayon::prelude::*;
 
 use super::{block_tree, round, tails, BLOCK};
-use crate::backend::Op;
-use crate::cpu;
-use crate::cpu::gemm::WData;
-use crate::ops::{f32_data, linear_dims, route};
-use crate::{threads, Result, Tensor};
+use crate::gemm::WData;
 
 /// Weight rows (output columns) per task of [`linear`] (a multiple of every tile's `J`).
 const NB: usize = 32;
@@ -21,21 +17,19 @@ fn by_group(v: &WData<'_>, rows: usize, k: usize, main: usize, g: usize) -> Vec<
         return out;
     }
     // Rows are independent: a pure reordering, split over the pool.
-    threads::install(|| {
-        out.par_chunks_exact_mut(main).enumerate().for_each_init(
-            || vec![0f32; main],
-            |src, (r, dst)| {
-                v.read(r * k, src);
-                for c in 0..nc {
-                    for q in 0..groups {
-                        let s = &src[c * BLOCK + q * g..c * BLOCK + (q + 1) * g];
-                        let o = (q * nc + c) * g;
-                        dst[o..o + g].copy_from_slice(s);
-                    }
+    out.par_chunks_exact_mut(main).enumerate().for_each_init(
+        || vec![0f32; main],
+        |src, (r, dst)| {
+            v.read(r * k, src);
+            for c in 0..nc {
+                for q in 0..groups {
+                    let s = &src[c * BLOCK + q * g..c * BLOCK + (q + 1) * g];
+                    let o = (q * nc + c) * g;
+                    dst[o..o + g].copy_from_slice(s);
                 }
-            },
-        )
-    });
+            }
+        },
+    );
     out
 }
 
@@ -125,7 +119,7 @@ impl Tile for Avx2Tile {
         unsafe fn body(xs: [&[f32]; 2], ws: [&[f32]; 4], nc: usize) -> [[f32; 4]; 2] {
             tile_body::<true, 8, 2, 4>(xs, ws, nc)
         }
-        // SAFETY: `linear` selects this tile only on the AVX2 path, which `cpu::current`
+        // SAFETY: `linear` selects this tile only on the AVX2 path, which `crate::current`
         // returns only on CPUs with AVX2 and FMA.
         let r = unsafe { body([xs[0], xs[1]], [ws[0], ws[1], ws[2], ws[3]], nc) };
         out.copy_from_slice(r.as_flattened());
@@ -147,7 +141,7 @@ impl Tile for Avx512Tile {
         unsafe fn body(xs: [&[f32]; 4], ws: [&[f32]; 4], nc: usize) -> [[f32; 4]; 4] {
             tile_body::<true, 16, 4, 4>(xs, ws, nc)
         }
-        // SAFETY: `linear` selects this tile only on the AVX-512 path, which `cpu::current`
+        // SAFETY: `linear` selects this tile only on the AVX-512 path, which `crate::current`
         // returns only on CPUs with AVX-512F, AVX2 and FMA.
         let r = unsafe {
             body(
@@ -161,45 +155,47 @@ impl Tile for Avx512Tile {
 }
 
 /// `x · wᵀ (+ bias)` as PyTorch's bf16 `linear` computes it on the CPU without oneDNN: every
-/// output is [`dot`](super::dot) of an input row and a weight row (plus the bias in f32), rounded to bf16.
-/// `x` is `[.., K]` holding bf16 values, `w` `[N, K]` in any float dtype (bf16 for a faithful
-/// replay), `bias` `[N]`. Returns f32 holding bf16 values.
-///
-/// An op of the set (`torch_bf16_linear`).
-pub fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
-    route!(
-        "torch_bf16_linear",
-        [x, w, bias],
-        Op::TorchBf16Linear {
-            x: x.clone(),
-            w: w.clone(),
-            b: bias.cloned()
-        }
-    );
-    match cpu::current() {
+/// output is [`dot`](super::dot) of an input row and a weight row (plus the bias in f32), rounded
+/// to bf16. `x` is `[m, k]` holding bf16 values, `w` `[n, k]` in any float type (bf16 for a
+/// faithful replay), `bias` `[n]`; returns `[m, n]` f32 holding bf16 values. Runs on the rayon
+/// pool it is called on, with the tile of the selected ISA path; every path gives the same bits.
+pub fn linear(
+    x: &WData<'_>,
+    w: &WData<'_>,
+    bias: Option<&[f32]>,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Vec<f32> {
+    match crate::current() {
         #[cfg(target_arch = "x86_64")]
-        cpu::Isa::Avx512 => linear_with::<Avx512Tile>(x, w, bias),
+        crate::Isa::Avx512 => linear_with::<Avx512Tile>(x, w, bias, m, k, n),
         #[cfg(target_arch = "x86_64")]
-        cpu::Isa::Avx2 => linear_with::<Avx2Tile>(x, w, bias),
-        _ => linear_with::<Portable>(x, w, bias),
+        crate::Isa::Avx2 => linear_with::<Avx2Tile>(x, w, bias, m, k, n),
+        _ => linear_with::<Portable>(x, w, bias, m, k, n),
     }
 }
 
-fn linear_with<T: Tile>(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
-    let (m, k, n) = linear_dims(x, w, bias)?;
-    let (x, w) = (x.contiguous()?, w.contiguous()?);
-    let (xd, wd) = (
-        crate::ops::wdata("torch_bf16::linear", &x)?,
-        crate::ops::wdata("torch_bf16::linear", &w)?,
-    );
-    let bv = bias.map(f32_data).transpose()?;
+fn linear_with<T: Tile>(
+    xd: &WData<'_>,
+    wd: &WData<'_>,
+    bv: Option<&[f32]>,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Vec<f32> {
     let main = k & !(BLOCK - 1);
     let nc = main / BLOCK;
-    let xp = by_group(&xd, m, k, main, T::G);
-    let wp = by_group(&wd, n, k, main, T::G);
+    let xp = by_group(xd, m, k, main, T::G);
+    let wp = by_group(wd, n, k, main, T::G);
     // Whole rows for the tails, only when there are tails.
+    let whole = |v: &WData<'_>, rows: usize| {
+        let mut out = vec![0f32; rows * k];
+        v.read(0, &mut out);
+        out
+    };
     let (xv, wv) = if main < k {
-        (f32_data(&x)?.into_owned(), f32_data(&w)?.into_owned())
+        (whole(xd, m), whole(wd, n))
     } else {
         (Vec::new(), Vec::new())
     };
@@ -209,57 +205,55 @@ fn linear_with<T: Tile>(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result
     let zeros = vec![0f32; main];
     // Tasks own blocks of weight rows (output columns) and sweep every input row, so a block
     // of weights stays in cache while the inputs stream past it.
-    let blocks: Vec<Vec<f32>> = threads::install(|| {
-        (0..n.div_ceil(NB))
-            .into_par_iter()
-            .map(|jb| {
-                let (jlo, jhi) = (jb * NB, (jb * NB + NB).min(n));
-                let nb = jhi - jlo;
-                let mut ob = vec![0f32; m * nb];
-                let mut sums = vec![0f32; T::I * T::J];
-                let mut xs: Vec<&[f32]> = vec![&zeros; T::I];
-                let mut ws: Vec<&[f32]> = vec![&zeros; T::J];
-                for i0 in (0..m).step_by(T::I) {
-                    let rows_i = T::I.min(m - i0);
-                    for (t, xr) in xs.iter_mut().enumerate() {
-                        *xr = if t < rows_i {
-                            row(&xp, i0 + t, main)
+    let blocks: Vec<Vec<f32>> = (0..n.div_ceil(NB))
+        .into_par_iter()
+        .map(|jb| {
+            let (jlo, jhi) = (jb * NB, (jb * NB + NB).min(n));
+            let nb = jhi - jlo;
+            let mut ob = vec![0f32; m * nb];
+            let mut sums = vec![0f32; T::I * T::J];
+            let mut xs: Vec<&[f32]> = vec![&zeros; T::I];
+            let mut ws: Vec<&[f32]> = vec![&zeros; T::J];
+            for i0 in (0..m).step_by(T::I) {
+                let rows_i = T::I.min(m - i0);
+                for (t, xr) in xs.iter_mut().enumerate() {
+                    *xr = if t < rows_i {
+                        row(&xp, i0 + t, main)
+                    } else {
+                        &zeros
+                    };
+                }
+                for j0 in (jlo..jhi).step_by(T::J) {
+                    let cols = T::J.min(jhi - j0);
+                    for (t, wr) in ws.iter_mut().enumerate() {
+                        *wr = if t < cols {
+                            row(&wp, j0 + t, main)
                         } else {
                             &zeros
                         };
                     }
-                    for j0 in (jlo..jhi).step_by(T::J) {
-                        let cols = T::J.min(jhi - j0);
-                        for (t, wr) in ws.iter_mut().enumerate() {
-                            *wr = if t < cols {
-                                row(&wp, j0 + t, main)
+                    T::run(&xs, &ws, nc, &mut sums);
+                    for t in 0..rows_i {
+                        for u in 0..cols {
+                            let (i, j) = (i0 + t, j0 + u);
+                            let s = sums[t * T::J + u];
+                            let d = if main < k {
+                                tails(row(&xv, i, k), row(&wv, j, k), s)
                             } else {
-                                &zeros
+                                // The empty tail register still adds its zero.
+                                s + 0.0
                             };
-                        }
-                        T::run(&xs, &ws, nc, &mut sums);
-                        for t in 0..rows_i {
-                            for u in 0..cols {
-                                let (i, j) = (i0 + t, j0 + u);
-                                let s = sums[t * T::J + u];
-                                let d = if main < k {
-                                    tails(row(&xv, i, k), row(&wv, j, k), s)
-                                } else {
-                                    // The empty tail register still adds its zero.
-                                    s + 0.0
-                                };
-                                ob[i * nb + (j - jlo)] = round(match &bv {
-                                    Some(b) => b[j] + d,
-                                    None => d,
-                                });
-                            }
+                            ob[i * nb + (j - jlo)] = round(match bv {
+                                Some(b) => b[j] + d,
+                                None => d,
+                            });
                         }
                     }
                 }
-                ob
-            })
-            .collect()
-    });
+            }
+            ob
+        })
+        .collect();
     let mut out = vec![0f32; m * n];
     for (jb, ob) in blocks.iter().enumerate() {
         let jlo = jb * NB;
@@ -268,26 +262,22 @@ fn linear_with<T: Tile>(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result
             out[i * n + jlo..i * n + jlo + nb].copy_from_slice(&ob[i * nb..(i + 1) * nb]);
         }
     }
-    let mut shape = x.shape().to_vec();
-    if let Some(last) = shape.last_mut() {
-        *last = n;
-    }
-    Tensor::from_vec(out, &shape)
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::torch_bf16::dot;
-    use crate::ops::torch_bf16::test_values::hostile;
-    use crate::rng::Xoshiro256pp;
+    use crate::gemm::Float;
+    use crate::torch_bf16::dot;
+    use crate::torch_bf16::test_values::{hostile, Rng};
     use half::bf16;
 
     /// The tiled kernel gives exactly [`dot`] for every output, on every ISA path, for every
     /// remainder of rows, columns and K.
     #[test]
     fn linear_is_dot_then_round() {
-        let mut rng = Xoshiro256pp::new(7);
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         for &(m, k, n) in &[
             (5, 768, 9),
             (1, 64, 1),
@@ -298,19 +288,13 @@ mod tests {
         ] {
             let x = hostile(&mut rng, m * k);
             let w = hostile(&mut rng, n * k);
+            let wb: Vec<bf16> = w.iter().map(|&v| bf16::from_f32(v)).collect();
             let bias: Vec<f32> = (0..n).map(|j| j as f32 * 0.25).collect();
-            let xt = Tensor::from_vec(x.clone(), &[m, k]).unwrap();
-            let wt = Tensor::from_vec(
-                w.iter().map(|&v| bf16::from_f32(v)).collect::<Vec<_>>(),
-                &[n, k],
-            )
-            .unwrap();
-            let bt = Tensor::from_vec(bias.clone(), &[n]).unwrap();
-            for isa in cpu::Isa::available() {
-                let got = cpu::with_isa(isa, || linear(&xt, &wt, Some(&bt)))
-                    .unwrap()
-                    .to_vec_f32()
-                    .unwrap();
+            let xd = WData::from_bytes(Float::F32, bytemuck::cast_slice(&x));
+            let wd = WData::from_bytes(Float::Bf16, bytemuck::cast_slice(&wb));
+            for isa in crate::Isa::available() {
+                let got = crate::with_isa(isa, || linear(&xd, &wd, Some(&bias), m, k, n));
+                assert_eq!(got.len(), m * n);
                 for i in 0..m {
                     for j in 0..n {
                         let want =
