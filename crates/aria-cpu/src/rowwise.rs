@@ -48,7 +48,7 @@ pub fn glu(x: &[f32], d2: usize, gate: GateKernel) -> Vec<f32> {
 
 /// The element strides of an operand of `shape` read at the positions of the broadcast `out`
 /// shape (0 along broadcast dimensions).
-fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
+pub fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
     let r = out.len();
     let mut cs = vec![1usize; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {

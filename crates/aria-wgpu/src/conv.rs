@@ -23,6 +23,7 @@ impl WgpuBackend {
             cout,
             k,
             lo,
+            ..
         } = aria_core::backend::check::conv1d_dims(x, w, b, padding)?;
         let wdt = weight_code(OP, w)?;
         let xt = self.operand_as_f32(x)?;

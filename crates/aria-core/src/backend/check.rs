@@ -179,22 +179,13 @@ pub fn matmul_dims(a: &Tensor, b: &Tensor) -> Result<(usize, usize, usize, usize
     Ok((as_[..r - 2].iter().product(), m, k, n))
 }
 
-/// The sizes of a 1-D convolution.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConvDims {
-    /// Batch.
-    pub b: usize,
-    /// Input channels.
-    pub cin: usize,
-    /// Input length.
-    pub l: usize,
-    /// Output channels.
-    pub cout: usize,
-    /// Kernel width.
-    pub k: usize,
-    /// Output length `l + 2·padding − k + 1`.
-    pub lo: usize,
-}
+/// The sizes of a 1-D convolution, the padding included (the CPU body's own
+/// [`aria_cpu::products::ConvDims`]).
+pub use crate::cpu::products::ConvDims;
+
+/// The element strides of an operand of `shape` read at the positions of the broadcast `out`
+/// shape (0 along broadcast dimensions), for backends that index broadcast operands.
+pub use crate::cpu::rowwise::broadcast_strides;
 
 /// Check `x [B, Cin, L]`, `w [Cout, Cin, K]`, `b [Cout]` with `padding` zeros on each side.
 pub fn conv1d_dims(x: &Tensor, w: &Tensor, b: Option<&Tensor>, padding: usize) -> Result<ConvDims> {
@@ -231,25 +222,13 @@ pub fn conv1d_dims(x: &Tensor, w: &Tensor, b: Option<&Tensor>, padding: usize) -
         cout,
         k,
         lo: l + 2 * padding - k + 1,
+        padding,
     })
 }
 
-/// The sizes of an attention call: `q [B, H, Nq, D]`, `k [B, H, Nk, D]`, `v [B, H, Nk, Dv]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AttnDims {
-    /// Batch.
-    pub b: usize,
-    /// Heads.
-    pub h: usize,
-    /// Queries.
-    pub nq: usize,
-    /// Keys.
-    pub nk: usize,
-    /// Query/key width.
-    pub d: usize,
-    /// Value width.
-    pub dv: usize,
-}
+/// The sizes of an attention call: `q [B, H, Nq, D]`, `k [B, H, Nk, D]`, `v [B, H, Nk, Dv]`
+/// (the CPU body's own [`aria_cpu::attention::Dims`]).
+pub use crate::cpu::attention::Dims as AttnDims;
 
 /// Check `q`, `k`, `v`, the differential halves, the key mask and the window.
 pub fn attention_dims(

@@ -150,29 +150,12 @@ fn dims_and_mask(
     v: &Tensor,
     opts: &AttnOpts<'_>,
 ) -> Result<(Dims, Option<Vec<bool>>)> {
-    let crate::backend::check::AttnDims {
-        b,
-        h,
-        nq,
-        nk,
-        d,
-        dv,
-    } = crate::backend::check::attention_dims(q, k, v, None, opts.key_mask, opts.window)?;
+    let dims = crate::backend::check::attention_dims(q, k, v, None, opts.key_mask, opts.window)?;
     let mask = match opts.key_mask {
         Some(m) => Some(m.to_vec_f32()?.iter().map(|&x| x != 0.0).collect()),
         None => None,
     };
-    Ok((
-        Dims {
-            b,
-            h,
-            nq,
-            nk,
-            d,
-            dv,
-        },
-        mask,
-    ))
+    Ok((dims, mask))
 }
 
 /// The kernel's rule for these options.

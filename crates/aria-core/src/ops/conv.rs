@@ -1,6 +1,6 @@
 use super::{f32_data, route};
 use crate::backend::Op;
-use crate::cpu::products::{self, ConvDims};
+use crate::cpu::products;
 use crate::{threads, CoreError, Result, Tensor};
 
 /// 1-D convolution, stride 1: `x [B, Cin, L]`, `w [Cout, Cin, K]`, optional `b [Cout]`,
@@ -19,28 +19,12 @@ pub fn conv1d(x: &Tensor, w: &Tensor, b: Option<&Tensor>, padding: usize) -> Res
             padding
         }
     );
-    let crate::backend::check::ConvDims {
-        b: bn,
-        cin,
-        l,
-        cout,
-        k,
-        lo,
-    } = crate::backend::check::conv1d_dims(x, w, b, padding)?;
+    let dims = crate::backend::check::conv1d_dims(x, w, b, padding)?;
     let xd = f32_data(x)?;
     let wd = f32_data(w)?;
     let bd = b.map(f32_data).transpose()?;
-    let dims = ConvDims {
-        b: bn,
-        cin,
-        l,
-        cout,
-        k,
-        lo,
-        padding,
-    };
     let out = threads::install(|| products::conv1d(&xd, &wd, bd.as_deref(), dims));
-    Tensor::from_vec(out, &[bn, cout, lo])
+    Tensor::from_vec(out, &[dims.b, dims.cout, dims.lo])
 }
 
 /// Fold weight normalisation: `W = g · v / ‖v‖₂`, the norm over every dim but the first

@@ -137,6 +137,7 @@ impl CudaBackend {
             cout,
             k,
             lo,
+            ..
         } = check::conv1d_dims(x, w, b, padding)?;
         let xc = self.f32c(x)?;
         let wc = self.f32c(w)?;

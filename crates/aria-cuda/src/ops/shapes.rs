@@ -3,7 +3,7 @@
 
 use aria_core::backend::check::{attention_dims, AttnDims};
 use aria_core::ops::KeyMaskMode;
-use aria_core::{contiguous_strides, CoreError, Result, Tensor};
+use aria_core::{CoreError, Result, Tensor};
 
 use crate::launch::AttnArgs;
 
@@ -65,25 +65,9 @@ pub(crate) fn table_width(cos: &Tensor) -> usize {
     cos.shape().get(1).copied().unwrap_or(0)
 }
 
-/// Contiguous strides of `shape` read as `out` (0 on broadcast dimensions).
-pub fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
-    let r = out.len();
-    let cs = contiguous_strides(shape);
-    (0..r)
-        .map(|i| {
-            if i + shape.len() < r {
-                0
-            } else {
-                let j = i + shape.len() - r;
-                if shape[j] == 1 {
-                    0
-                } else {
-                    cs[j]
-                }
-            }
-        })
-        .collect()
-}
+/// Contiguous strides of `shape` read as `out` (0 on broadcast dimensions): the check step's
+/// helper, shared with the CPU body.
+pub use aria_core::backend::check::broadcast_strides;
 
 #[cfg(test)]
 mod tests {
