@@ -5,24 +5,24 @@ use crate::cpu;
 use crate::ops::KeyMaskMode;
 use crate::rng::Xoshiro256pp;
 
-/// A uniform value in [0, 1).
-fn unit(rng: &mut Xoshiro256pp) -> f32 {
-    (rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32
+/// Three `shape` tensors of bf16 values uniform in [−1, 1), drawn from `seed`.
+fn bf16_qkv(seed: u64, shape: [usize; 4]) -> [Tensor; 3] {
+    let mut rng = Xoshiro256pp::new(seed);
+    let n: usize = shape.iter().product();
+    std::array::from_fn(|_| {
+        let v: Vec<f32> = (0..n)
+            .map(|_| round((rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0))
+            .collect();
+        Tensor::from_vec(v, &shape).unwrap()
+    })
 }
 
 /// Close to a plain softmax attention; masked keys excluded; a row with no key is zero;
 /// more keys than one block and bad shapes are errors.
 #[test]
 fn flash_attention_basics() {
-    let mut rng = Xoshiro256pp::new(3);
     let (b, h, n, d) = (2, 2, 13, 8);
-    let mk = |rng: &mut Xoshiro256pp| {
-        let v: Vec<f32> = (0..b * h * n * d)
-            .map(|_| round(unit(rng) * 2.0 - 1.0))
-            .collect();
-        Tensor::from_vec(v, &[b, h, n, d]).unwrap()
-    };
-    let (q, k, v) = (mk(&mut rng), mk(&mut rng), mk(&mut rng));
+    let [q, k, v] = bf16_qkv(3, [b, h, n, d]);
     let allowed = |bi: usize, i: usize, j: usize| bi == 0 || (j < 5 && i != 7);
     for isa in cpu::Isa::available() {
         let o = cpu::with_isa(isa, || flash_attention(&q, &k, &v, 0.5, allowed))
@@ -80,15 +80,8 @@ fn flash_attention_basics() {
 /// zero-value masking is refused.
 #[test]
 fn attention_op_masks_like_the_kernel() {
-    let mut rng = Xoshiro256pp::new(5);
     let (b, h, n, d) = (2, 2, 11, 8);
-    let mk = |rng: &mut Xoshiro256pp| {
-        let v: Vec<f32> = (0..b * h * n * d)
-            .map(|_| round(unit(rng) * 2.0 - 1.0))
-            .collect();
-        Tensor::from_vec(v, &[b, h, n, d]).unwrap()
-    };
-    let (q, k, v) = (mk(&mut rng), mk(&mut rng), mk(&mut rng));
+    let [q, k, v] = bf16_qkv(5, [b, h, n, d]);
     let m: Vec<u8> = (0..b * n).map(|i| u8::from(i % 7 != 3)).collect();
     let mask = Tensor::from_vec(m.clone(), &[b, n]).unwrap();
     let mut opts = AttnOpts::new(0.3);
