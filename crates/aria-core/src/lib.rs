@@ -1,10 +1,11 @@
 //! # aria-core
 //!
-//! The engine under every aria model: [`Tensor`] (shape, strides, f32/f16/bf16 plus raw
+//! The contract under every aria model: [`Tensor`] (shape, strides, f32/f16/bf16 plus raw
 //! integer dtypes, CPU storage that is owned or borrowed from a memory-mapped file), the ops
-//! models are written with ([`ops`]), CPU kernels with a scalar reference and runtime-dispatched
-//! SIMD paths ([`cpu`]), the [`Backend`] trait through which device backends plug in, and
-//! safetensors weight loading with a prefix-stack loader ([`WeightLoader`]).
+//! models are written with ([`ops`]: the op set with its one check step), the [`Backend`]
+//! trait and the backend registry through which the CPU backend ([`backend::Cpu`], over the
+//! `aria-cpu` kernels, re-exported as [`cpu`]) and the device backends plug in, the layers
+//! ([`nn`]), and safetensors weight loading with a prefix-stack loader ([`WeightLoader`]).
 //!
 //! ```
 //! use aria_core::{ops, Tensor};

@@ -432,14 +432,16 @@ impl Tensor {
         if dtype == self.dtype {
             return self.contiguous();
         }
-        if let Device::Backend(b) = self.device() {
-            let op = Op::ToDtype {
-                x: self.clone(),
-                dtype,
-            };
-            let spec = op.check()?;
-            return crate::backend::run_checked(&*b, op, &spec);
-        }
+        let op = Op::ToDtype {
+            x: self.clone(),
+            dtype,
+        };
+        let spec = op.check()?;
+        crate::backend::run_checked(&*self.device().backend(), op, &spec)
+    }
+
+    /// The CPU body of [`Tensor::to_dtype`].
+    pub(crate) fn to_dtype_host(&self, dtype: DType) -> Result<Tensor> {
         let v = self.to_vec_f32()?;
         match dtype {
             DType::F32 => Tensor::from_vec(v, &self.shape),
@@ -470,11 +472,13 @@ impl Tensor {
         if self.is_contiguous() {
             return Ok(self.clone());
         }
-        if let Device::Backend(b) = self.device() {
-            let op = Op::Contiguous { x: self.clone() };
-            let spec = op.check()?;
-            return crate::backend::run_checked(&*b, op, &spec);
-        }
+        let op = Op::Contiguous { x: self.clone() };
+        let spec = op.check()?;
+        crate::backend::run_checked(&*self.device().backend(), op, &spec)
+    }
+
+    /// The CPU body of [`Tensor::contiguous`].
+    pub(crate) fn contiguous_host(&self) -> Result<Tensor> {
         match self.dtype {
             DType::F32 => Tensor::from_vec(self.to_vec::<f32>()?, &self.shape),
             DType::F16 => Tensor::from_vec(self.to_vec::<f16>()?, &self.shape),
@@ -602,13 +606,19 @@ impl Tensor {
     pub fn cat(tensors: &[&Tensor], dim: usize) -> Result<Tensor> {
         let spec = crate::backend::check::cat_spec(tensors, dim)?;
         let operands: Vec<Option<&Tensor>> = tensors.iter().map(|t| Some(*t)).collect();
-        if let Some(b) = crate::backend::device_of("cat", &operands)? {
-            let op = Op::Cat {
-                xs: tensors.iter().map(|t| (*t).clone()).collect(),
-                dim,
-            };
-            return crate::backend::run_checked(&*b, op, &spec);
+        let op = Op::Cat {
+            xs: tensors.iter().map(|t| (*t).clone()).collect(),
+            dim,
+        };
+        match crate::backend::device_of("cat", &operands)? {
+            Some(b) => crate::backend::run_checked(&*b, op, &spec),
+            None => crate::backend::run_checked(&crate::backend::Cpu, op, &spec),
         }
+    }
+
+    /// The CPU body of [`Tensor::cat`] (operands checked).
+    pub(crate) fn cat_host(tensors: &[&Tensor], dim: usize) -> Result<Tensor> {
+        let spec = crate::backend::check::cat_spec(tensors, dim)?;
         let shape = spec.shape;
         let outer: usize = shape[..dim].iter().product();
         fn go<T: Elem>(

@@ -235,6 +235,27 @@ fn run_table(name: &str, dev: &Device) {
 }
 
 #[test]
+fn the_cpu_is_a_registered_backend_that_runs_every_case() {
+    // Opened by name like the device backends, and the first of the registry.
+    assert_eq!(registry::registered().first().map(|e| e.0), Some("cpu"));
+    let dev = registry::open("cpu", &BackendOptions::default()).unwrap();
+    assert_eq!(dev.backend().name(), "cpu");
+    let (rows, failures) = harness::run_all(&dev);
+    println!("{}", harness::render("cpu", &rows));
+    assert!(failures.is_empty(), "cpu:\n{}", failures.join("\n"));
+    // The reference is itself: every case runs, to the bit, none unsupported.
+    let cases = harness::cases();
+    assert!(!cases.is_empty());
+    for case in &cases {
+        match harness::run_case(case, &dev).unwrap() {
+            Outcome::Ran { identical, .. } => assert!(identical, "{case:?}"),
+            Outcome::Unsupported(why) => panic!("{case:?}: the CPU backend refused: {why}"),
+        }
+    }
+    refused_everywhere(&dev, &|| 0);
+}
+
+#[test]
 fn wgpu_runs_the_table() {
     aria_wgpu::register();
     match registry::open("wgpu", &BackendOptions::default()) {

@@ -38,11 +38,17 @@ impl OutSpec {
 pub fn run_checked(be: &dyn Backend, op: Op, spec: &OutSpec) -> Result<Tensor> {
     let name = op.name();
     let out = be.run(op)?;
+    held_to(be.name(), name, out, spec)
+}
+
+/// `out` when it has the shape and dtype `spec` promises; otherwise an error naming the
+/// backend, the op and both shapes.
+pub fn held_to(backend: &str, op: &'static str, out: Tensor, spec: &OutSpec) -> Result<Tensor> {
     if out.shape() != spec.shape.as_slice() || out.dtype() != spec.dtype {
         return Err(CoreError::Backend {
-            backend: be.name().to_string(),
+            backend: backend.to_string(),
             reason: format!(
-                "{name} returned {:?} {} where the op set promises {:?} {}",
+                "{op} returned {:?} {} where the op set promises {:?} {}",
                 out.shape(),
                 out.dtype(),
                 spec.shape,
@@ -53,8 +59,8 @@ pub fn run_checked(be: &dyn Backend, op: Op, spec: &OutSpec) -> Result<Tensor> {
     Ok(out)
 }
 
-/// Check an op and run it where its operands live: on their backend (the result held to the
-/// spec) or, when every operand is on the CPU, on the CPU reference ([`Op::run_cpu`]).
+/// Check an op and run it on the backend its operands live on (the CPU backend,
+/// [`Cpu`](super::Cpu), when they are all host tensors), the result held to the spec.
 pub fn dispatch(mut op: Op) -> Result<Tensor> {
     let spec = op.check()?;
     let name = op.name();
@@ -64,7 +70,7 @@ pub fn dispatch(mut op: Op) -> Result<Tensor> {
     };
     match be {
         Some(be) => run_checked(&*be, op, &spec),
-        None => op.run_cpu(),
+        None => run_checked(&super::Cpu, op, &spec),
     }
 }
 

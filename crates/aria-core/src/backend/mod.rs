@@ -1,12 +1,13 @@
-//! Backends: where ops run, and the contract a device backend implements.
+//! Backends: where ops run, and the contract every backend implements.
 //!
 //! Model code calls the functions of [`crate::ops`] (and the layers of [`crate::nn`]); each op
-//! looks at where its input tensors live ([`Tensor::device`]) and runs on the CPU kernels or
-//! hands an [`Op`] to the [`Backend`] that owns the device storage. Adding a device backend
-//! (wgpu, CUDA) therefore changes no model code: the backend implements [`Backend::run`] for the
-//! ops it supports, returns [`CoreError::Unsupported`] for the others, and provides
-//! upload/download. Nothing is ever copied between host and device implicitly: an op a backend
-//! lacks is an error naming the op and the backend, never a silent download.
+//! runs its check step, looks at where its input tensors live ([`Tensor::device`]) and hands an
+//! [`Op`] to the [`Backend`] that owns them: [`Cpu`] for host tensors, a device backend
+//! (wgpu, CUDA, opened from the [`registry`] like the CPU) for its own storage. Adding a
+//! backend therefore changes no model code: it implements [`Backend::run`] for the ops it
+//! supports, returns [`CoreError::Unsupported`] for the others, and provides upload/download.
+//! Nothing is ever copied between host and device implicitly: an op a backend lacks is an
+//! error naming the op and the backend, never a silent download.
 //!
 //! # The op set
 //!
@@ -53,9 +54,11 @@ use std::sync::Arc;
 use crate::{CoreError, Result, Tensor};
 
 pub mod check;
+mod cpu;
 mod op;
 pub mod registry;
 pub use check::{dispatch, run_checked, OutSpec};
+pub use cpu::Cpu;
 pub use op::{device_of, AttnSpec, BinaryOp, Op, UnaryOp};
 
 /// Where a tensor lives.
@@ -82,18 +85,19 @@ impl Device {
         matches!(self, Device::Cpu)
     }
 
-    /// Whether this device runs products on weights in `format` faster than on dense f32
-    /// weights: on the CPU, `bf16_panels` where the AMX tile unit is granted or `vdpbf16ps`
-    /// outruns f32 FMA ([`Bf16DotWeight::faster_than_f32`](crate::nn::Bf16DotWeight::faster_than_f32));
-    /// on a backend, [`Backend::faster_than_f32`].
-    pub fn faster_than_f32(&self, format: crate::nn::WeightFormat) -> bool {
+    /// The backend that runs ops on this device's tensors: [`Cpu`] for host memory.
+    pub fn backend(&self) -> Arc<dyn Backend> {
         match self {
-            Device::Cpu => {
-                format == crate::nn::WeightFormat::Bf16Panels
-                    && crate::nn::Bf16DotWeight::faster_than_f32()
-            }
-            Device::Backend(b) => b.faster_than_f32(format),
+            Device::Cpu => Cpu::shared(),
+            Device::Backend(b) => b.clone(),
         }
+    }
+
+    /// Whether this device runs products on weights in `format` faster than on dense f32
+    /// weights ([`Backend::faster_than_f32`] of its backend; on the CPU, `bf16_panels` where the
+    /// AMX tile unit is granted or `vdpbf16ps` outruns f32 FMA).
+    pub fn faster_than_f32(&self, format: crate::nn::WeightFormat) -> bool {
+        self.backend().faster_than_f32(format)
     }
 
     /// Move a tensor to this device.

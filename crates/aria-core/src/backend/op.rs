@@ -1,14 +1,15 @@
 //! The op set: every op a model runs, as one value a [`Backend`] can execute.
 //!
-//! Each function of [`crate::ops`] (and the data-moving methods of [`Tensor`]) first asks
-//! [`device_of`] where its inputs live. On the CPU it runs its kernels directly; when an input
-//! lives on a device backend it builds the matching [`Op`] and hands it to [`Backend::run`].
-//! An op that backend does not implement comes back as [`CoreError::Unsupported`] naming the
-//! op and the backend: nothing is ever downloaded to the CPU behind the caller's back.
+//! Each function of [`crate::ops`] (and the data-moving methods of [`Tensor`]) builds its
+//! [`Op`], runs the check step ([`Op::check`]) and asks [`device_of`] where its inputs live: it
+//! hands the op to the [`Backend`] that owns a device operand, or to the CPU backend
+//! ([`Cpu`](super::Cpu)) when every operand is a host tensor. An op a backend does not
+//! implement comes back as [`CoreError::Unsupported`] naming the op and the backend: nothing is
+//! ever downloaded to the CPU behind the caller's back.
 //!
-//! [`Op::run_cpu`] is the CPU reference of every op (the same code the ops run on CPU
-//! tensors). A backend can use it for ops it has no kernel for, after moving the operands
-//! itself, which is what the counting test backend does.
+//! [`Op::run_cpu`] is the CPU reference of every op: what the CPU backend runs. A backend can
+//! use it for ops it has no kernel for, after moving the operands itself, which is what the
+//! counting test backend does.
 
 use std::sync::Arc;
 
@@ -264,11 +265,20 @@ op_set! {
 }
 
 impl Op {
-    /// Run on the CPU. Every operand must be a CPU tensor (a device operand would send the op
-    /// back to its backend).
+    /// Run on the CPU: the check step, then the CPU backend's body for this op. Every operand
+    /// must be a host tensor (a device operand is an error). A malformed op is refused by the
+    /// check whoever calls this (the `ops` functions have run it already; it costs a few shape
+    /// comparisons).
     pub fn run_cpu(&self) -> Result<Tensor> {
+        self.check()?;
+        self.run_host()
+    }
+
+    /// The CPU body of a checked op.
+    fn run_host(&self) -> Result<Tensor> {
+        use crate::ops::host as h;
         match self {
-            Op::Linear { x, w, b } => ops::linear(x, w, b.as_ref()),
+            Op::Linear { x, w, b } => h::linear(x, w, b.as_ref(), None),
             Op::LinearPacked {
                 x,
                 w,
@@ -276,9 +286,9 @@ impl Op {
                 w8a8,
                 shape,
                 b,
-            } => ops::linear_packed(x, w, *format, *w8a8, *shape, b.as_ref()),
-            Op::Matmul { a, b } => ops::matmul(a, b),
-            Op::Conv1d { x, w, b, padding } => ops::conv1d(x, w, b.as_ref(), *padding),
+            } => h::linear_packed(x, w, *format, *w8a8, *shape, b.as_ref()),
+            Op::Matmul { a, b } => h::matmul(a, b),
+            Op::Conv1d { x, w, b, padding } => h::conv1d(x, w, b.as_ref(), *padding),
             Op::Attention {
                 q,
                 k,
@@ -286,72 +296,72 @@ impl Op {
                 diff,
                 opts,
             } => match diff {
-                None => ops::attention(q, k, v, &opts.opts()),
-                Some((q2, k2)) => ops::attention_diff(q, k, q2, k2, v, &opts.opts()),
+                None => h::attention(q, k, v, &opts.opts()),
+                Some((q2, k2)) => h::attention_diff(q, k, q2, k2, v, &opts.opts()),
             },
             Op::Unary { x, f } => match f {
-                UnaryOp::Silu => ops::silu(x),
-                UnaryOp::Sigmoid => ops::sigmoid(x),
-                UnaryOp::Tanh => ops::tanh(x),
-                UnaryOp::SinPi => ops::sin_pi(x),
-                UnaryOp::Gelu => ops::gelu(x),
-                UnaryOp::GeluTanh => ops::gelu_tanh(x),
+                UnaryOp::Silu => h::silu(x),
+                UnaryOp::Sigmoid => h::sigmoid(x),
+                UnaryOp::Tanh => h::tanh(x),
+                UnaryOp::SinPi => h::sin_pi(x),
+                UnaryOp::Gelu => h::gelu(x),
+                UnaryOp::GeluTanh => h::gelu_tanh(x),
             },
-            Op::Affine { x, a, b } => ops::affine(x, *a, *b),
-            Op::MulScalar { x, s } => ops::mul_scalar(x, *s),
-            Op::AddScalar { x, s } => ops::add_scalar(x, *s),
+            Op::Affine { x, a, b } => h::affine(x, *a, *b),
+            Op::MulScalar { x, s } => h::mul_scalar(x, *s),
+            Op::AddScalar { x, s } => h::add_scalar(x, *s),
             Op::Binary { a, b, f } => match f {
-                BinaryOp::Add => ops::add(a, b),
-                BinaryOp::Sub => ops::sub(a, b),
-                BinaryOp::Mul => ops::mul(a, b),
-                BinaryOp::Div => ops::div(a, b),
+                BinaryOp::Add => h::add(a, b),
+                BinaryOp::Sub => h::sub(a, b),
+                BinaryOp::Mul => h::mul(a, b),
+                BinaryOp::Div => h::div(a, b),
             },
-            Op::Glu { x, act } => ops::glu(x, *act),
-            Op::Softmax { x } => ops::softmax_last(x),
-            Op::Embedding { ids, table } => ops::embedding(ids, table),
-            Op::Rope { x, cos, sin } => ops::rope(x, cos, sin),
-            Op::RmsNorm { x, w, eps, style } => ops::rms_norm(x, w.as_ref(), *eps, *style),
-            Op::LayerNorm { x, w, b, eps } => ops::layer_norm(x, w.as_ref(), b.as_ref(), *eps),
+            Op::Glu { x, act } => h::glu(x, *act),
+            Op::Softmax { x } => h::softmax_last(x),
+            Op::Embedding { ids, table } => h::embedding(ids, table),
+            Op::Rope { x, cos, sin } => h::rope(x, cos, sin),
+            Op::RmsNorm { x, w, eps, style } => h::rms_norm(x, w.as_ref(), *eps, *style),
+            Op::LayerNorm { x, w, b, eps } => h::layer_norm(x, w.as_ref(), b.as_ref(), *eps),
             Op::Dyt {
                 x,
                 alpha,
                 gamma,
                 beta,
-            } => ops::dyt(x, *alpha, gamma, beta),
-            Op::Unfold { x, k } => ops::unfold(x, *k),
-            Op::Contiguous { x } => x.contiguous(),
-            Op::ToDtype { x, dtype } => x.to_dtype(*dtype),
+            } => h::dyt(x, *alpha, gamma, beta),
+            Op::Unfold { x, k } => h::unfold(x, *k),
+            Op::Contiguous { x } => x.contiguous_host(),
+            Op::ToDtype { x, dtype } => x.to_dtype_host(*dtype),
             Op::FourierFeatures {
                 values,
                 freqs,
                 layout,
-            } => ops::fourier_features(values, freqs, *layout),
-            Op::FillMaskedRows { x, mask, fill } => ops::fill_masked_rows(x, mask, fill.as_ref()),
-            Op::TorchBf16Linear { x, w, b } => ops::torch_bf16::linear(x, w, b.as_ref()),
+            } => h::fourier_features(values, freqs, *layout),
+            Op::FillMaskedRows { x, mask, fill } => h::fill_masked_rows(x, mask, fill.as_ref()),
+            Op::TorchBf16Linear { x, w, b } => ops::torch_bf16::linear_host(x, w, b.as_ref()),
             Op::TorchBf16Attention { q, k, v, opts } => {
-                ops::torch_bf16::attention(q, k, v, &opts.opts())
+                ops::torch_bf16::attention_host(q, k, v, &opts.opts())
             }
-            Op::TorchBf16RmsNorm { x, w, eps } => ops::torch_bf16::rms_norm(x, w, *eps),
-            Op::TorchBf16Rope { x, cos, sin } => ops::torch_bf16::rope(x, cos, sin),
-            Op::TorchBf16GeluTanh { x } => ops::torch_bf16::gelu_tanh(x),
-            Op::TorchBf16Round { x } => ops::torch_bf16::round_tensor(x),
-            Op::TorchBf16Binary { a, b, f } => ops::torch_bf16::binary(a, b, *f),
+            Op::TorchBf16RmsNorm { x, w, eps } => ops::torch_bf16::rms_norm_host(x, w, *eps),
+            Op::TorchBf16Rope { x, cos, sin } => ops::torch_bf16::rope_host(x, cos, sin),
+            Op::TorchBf16GeluTanh { x } => ops::torch_bf16::gelu_tanh_host(x),
+            Op::TorchBf16Round { x } => ops::torch_bf16::round_tensor_host(x),
+            Op::TorchBf16Binary { a, b, f } => ops::torch_bf16::binary_host(a, b, *f),
             Op::Cat { xs, dim } => {
                 let refs: Vec<&Tensor> = xs.iter().collect();
-                Tensor::cat(&refs, *dim)
+                Tensor::cat_host(&refs, *dim)
             }
             Op::RmsNormModulate {
                 x,
                 gamma,
                 eps,
                 scale_shift,
-            } => ops::rms_norm_modulate(x, gamma, *eps, scale_shift.as_ref().map(|(a, b)| (a, b))),
+            } => h::rms_norm_modulate(x, gamma, *eps, scale_shift.as_ref().map(|(a, b)| (a, b))),
             Op::GatedResidualAdd {
                 h,
                 u,
                 gate,
                 row_mask,
-            } => ops::gated_residual_add(h, u, gate.as_ref(), row_mask.as_ref()),
+            } => h::gated_residual_add(h, u, gate.as_ref(), row_mask.as_ref()),
             Op::SplitHeads {
                 x,
                 col,
@@ -359,7 +369,7 @@ impl Op {
                 head_dim,
                 norm,
                 rope,
-            } => ops::split_heads(
+            } => h::split_heads(
                 x,
                 *col,
                 *heads,
@@ -367,8 +377,8 @@ impl Op {
                 norm.as_ref().map(|(g, e)| (g, *e)),
                 rope.as_ref().map(|(c, s)| (c, s)),
             ),
-            Op::MergeHeads { x, row_mask } => ops::merge_heads(x, row_mask.as_ref()),
-            Op::Axpby { a, x, b, y } => ops::axpby(a, x, b, y),
+            Op::MergeHeads { x, row_mask } => h::merge_heads(x, row_mask.as_ref()),
+            Op::Axpby { a, x, b, y } => h::axpby(a, x, b, y),
             Op::ApgGuidance {
                 x,
                 v_cond,
@@ -378,7 +388,7 @@ impl Op {
                 cfg_scale,
                 apg_scale,
                 norm_threshold,
-            } => ops::apg_guidance(
+            } => h::apg_guidance(
                 x,
                 v_cond,
                 v_uncond,
@@ -388,14 +398,14 @@ impl Op {
                 *apg_scale,
                 *norm_threshold,
             ),
-            Op::CfgRescale { v, v_cond, phi } => ops::cfg_rescale(v, v_cond, *phi),
+            Op::CfgRescale { v, v_cond, phi } => h::cfg_rescale(v, v_cond, *phi),
             Op::Pad {
                 x,
                 dim,
                 before,
                 after,
-            } => ops::pad(x, *dim, *before, *after),
-            Op::RopeTable { inv_freq, pos0, n } => ops::rope_table(inv_freq, *pos0, *n),
+            } => h::pad(x, *dim, *before, *after),
+            Op::RopeTable { inv_freq, pos0, n } => h::rope_table(inv_freq, *pos0, *n),
             Op::QkvHeads {
                 x,
                 parts,
@@ -404,7 +414,7 @@ impl Op {
                 alpha,
                 norm,
                 rope,
-            } => ops::qkv_heads(
+            } => h::qkv_heads(
                 x,
                 *parts,
                 *part,
@@ -416,7 +426,7 @@ impl Op {
                 }),
                 rope.as_ref().map(|(c, s)| (c, s)),
             ),
-            Op::StdLast { x } => ops::std_last(x),
+            Op::StdLast { x } => h::std_last(x),
         }
     }
 }

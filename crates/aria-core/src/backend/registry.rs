@@ -14,7 +14,8 @@
 //! use std::sync::Arc;
 //! use aria_core::backend::registry::{self, BackendOptions};
 //! # fn main() -> aria_core::Result<()> {
-//! // The CPU is always there and needs no registration.
+//! // The CPU backend is always registered (first), and opens like any other.
+//! assert_eq!(registry::registered()[0].0, "cpu");
 //! assert!(registry::open("cpu", &BackendOptions::default())?.is_cpu());
 //! // A name nobody registered is an error that lists what is available.
 //! let err = registry::open("tpu", &BackendOptions::default()).unwrap_err();
@@ -23,7 +24,7 @@
 //! ```
 
 use std::path::PathBuf;
-use std::sync::RwLock;
+use std::sync::{LazyLock, RwLock};
 
 use crate::backend::Device;
 use crate::{CoreError, Result};
@@ -59,7 +60,19 @@ struct Entry {
     open: Opener,
 }
 
-static REGISTRY: RwLock<Vec<Entry>> = RwLock::new(Vec::new());
+fn open_cpu(_: &BackendOptions) -> Result<Device> {
+    Ok(Device::Cpu)
+}
+
+/// The registered backends in registration order; the CPU backend ([`super::Cpu`], whose
+/// tensors are host memory) is registered from the start.
+static REGISTRY: LazyLock<RwLock<Vec<Entry>>> = LazyLock::new(|| {
+    RwLock::new(vec![Entry {
+        name: "cpu",
+        about: "the CPU kernels (scalar, AVX2, AVX-512, AMX, NEON; chosen at run time)",
+        open: open_cpu,
+    }])
+});
 
 /// Make a backend available under `name` (lower case, as on the command line). Registering a
 /// name again replaces its opener (registration is idempotent).
@@ -74,39 +87,30 @@ pub fn register(name: &'static str, about: &'static str, open: Opener) {
 
 /// Whether a backend of this name can be opened (`cpu` always can).
 pub fn is_registered(name: &str) -> bool {
-    name == "cpu"
-        || REGISTRY
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .any(|e| e.name == name)
+    REGISTRY
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .any(|e| e.name == name)
 }
 
 /// The registered backends as `(name, description)`, the CPU first.
 pub fn registered() -> Vec<(&'static str, &'static str)> {
-    let mut v = vec![(
-        "cpu",
-        "the CPU kernels (scalar, AVX2, AVX-512, AMX, NEON; chosen at run time)",
-    )];
-    v.extend(
-        REGISTRY
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map(|e| (e.name, e.about)),
-    );
-    v
+    REGISTRY
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|e| (e.name, e.about))
+        .collect()
 }
 
-/// Open the backend registered as `name` (`cpu`: [`Device::Cpu`]).
+/// Open the backend registered as `name` (`cpu`: [`Device::Cpu`], host memory, whose ops run
+/// on [`Cpu`](super::Cpu)).
 ///
 /// Errors: [`CoreError::NoBackend`] naming the backend and listing the registered ones when
 /// nothing is registered under `name`; whatever the backend's opener returns otherwise (no
 /// adapter, no driver, a bad setting).
 pub fn open(name: &str, opts: &BackendOptions) -> Result<Device> {
-    if name == "cpu" {
-        return Ok(Device::Cpu);
-    }
     let found = REGISTRY
         .read()
         .unwrap_or_else(|e| e.into_inner())
@@ -129,10 +133,6 @@ pub fn open(name: &str, opts: &BackendOptions) -> Result<Device> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn open_cpu(_: &BackendOptions) -> Result<Device> {
-        Ok(Device::Cpu)
-    }
 
     #[test]
     fn a_registered_backend_opens_and_is_listed_once() {

@@ -70,7 +70,16 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, opts: &AttnOpts<'_>) -> Res
             diff: None,
             opts: AttnSpec::of(opts)
         }
-    );
+    )
+}
+
+/// The CPU body of [`attention`] (the CPU backend runs it on checked operands).
+pub(crate) fn attention_host(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    opts: &AttnOpts<'_>,
+) -> Result<Tensor> {
     // The CPU takes the bf16 permission on the AMX tile unit only (elsewhere f32 is as fast).
     #[cfg(target_arch = "x86_64")]
     if opts.bf16_products
@@ -104,7 +113,18 @@ pub fn attention_diff(
             diff: Some((q2.clone(), k2.clone())),
             opts: AttnSpec::of(opts)
         }
-    );
+    )
+}
+
+/// The CPU body of [`attention_diff`] (the CPU backend runs it on checked operands).
+pub(crate) fn attention_diff_host(
+    q: &Tensor,
+    k: &Tensor,
+    q2: &Tensor,
+    k2: &Tensor,
+    v: &Tensor,
+    opts: &AttnOpts<'_>,
+) -> Result<Tensor> {
     attention_impl(q, k, Some((q2, k2)), v, opts)
 }
 

@@ -18,7 +18,16 @@ pub fn conv1d(x: &Tensor, w: &Tensor, b: Option<&Tensor>, padding: usize) -> Res
             b: b.cloned(),
             padding
         }
-    );
+    )
+}
+
+/// The CPU body of [`conv1d`] (the CPU backend runs it on checked operands).
+pub(crate) fn conv1d_host(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    padding: usize,
+) -> Result<Tensor> {
     let dims = crate::backend::check::conv1d_dims(x, w, b, padding)?;
     let xd = f32_data(x)?;
     let wd = f32_data(w)?;

@@ -28,7 +28,11 @@ pub fn silu(x: &Tensor) -> Result<Tensor> {
             x: x.clone(),
             f: UnaryOp::Silu
         }
-    );
+    )
+}
+
+/// The CPU body of [`silu`] (the CPU backend runs it on checked operands).
+pub(crate) fn silu_host(x: &Tensor) -> Result<Tensor> {
     map_rows(x, rows::silu)
 }
 
@@ -41,7 +45,11 @@ pub fn sigmoid(x: &Tensor) -> Result<Tensor> {
             x: x.clone(),
             f: UnaryOp::Sigmoid
         }
-    );
+    )
+}
+
+/// The CPU body of [`sigmoid`] (the CPU backend runs it on checked operands).
+pub(crate) fn sigmoid_host(x: &Tensor) -> Result<Tensor> {
     map_rows(x, rows::sigmoid)
 }
 
@@ -54,7 +62,11 @@ pub fn tanh(x: &Tensor) -> Result<Tensor> {
             x: x.clone(),
             f: UnaryOp::Tanh
         }
-    );
+    )
+}
+
+/// The CPU body of [`tanh`] (the CPU backend runs it on checked operands).
+pub(crate) fn tanh_host(x: &Tensor) -> Result<Tensor> {
     // `f32::tanh` on every path: the codec's soft clip is pinned to its bits.
     map(x, f32::tanh)
 }
@@ -69,7 +81,11 @@ pub fn sin_pi(x: &Tensor) -> Result<Tensor> {
             x: x.clone(),
             f: UnaryOp::SinPi
         }
-    );
+    )
+}
+
+/// The CPU body of [`sin_pi`] (the CPU backend runs it on checked operands).
+pub(crate) fn sin_pi_host(x: &Tensor) -> Result<Tensor> {
     map_rows(x, rows::sin_pi)
 }
 
@@ -82,7 +98,11 @@ pub fn gelu(x: &Tensor) -> Result<Tensor> {
             x: x.clone(),
             f: UnaryOp::Gelu
         }
-    );
+    )
+}
+
+/// The CPU body of [`gelu`] (the CPU backend runs it on checked operands).
+pub(crate) fn gelu_host(x: &Tensor) -> Result<Tensor> {
     map_rows(x, rows::gelu)
 }
 
@@ -95,26 +115,42 @@ pub fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
             x: x.clone(),
             f: UnaryOp::GeluTanh
         }
-    );
+    )
+}
+
+/// The CPU body of [`gelu_tanh`] (the CPU backend runs it on checked operands).
+pub(crate) fn gelu_tanh_host(x: &Tensor) -> Result<Tensor> {
     map_rows(x, rows::gelu_tanh)
 }
 
 /// `x · s`.
 pub fn mul_scalar(x: &Tensor, s: f32) -> Result<Tensor> {
-    route!("mul_scalar", [x], Op::MulScalar { x: x.clone(), s });
+    route!("mul_scalar", [x], Op::MulScalar { x: x.clone(), s })
+}
+
+/// The CPU body of [`mul_scalar`] (the CPU backend runs it on checked operands).
+pub(crate) fn mul_scalar_host(x: &Tensor, s: f32) -> Result<Tensor> {
     map_rows(x, |isa, c| rows::scale(isa, c, s))
 }
 
 /// `x + s`.
 pub fn add_scalar(x: &Tensor, s: f32) -> Result<Tensor> {
-    route!("add_scalar", [x], Op::AddScalar { x: x.clone(), s });
+    route!("add_scalar", [x], Op::AddScalar { x: x.clone(), s })
+}
+
+/// The CPU body of [`add_scalar`] (the CPU backend runs it on checked operands).
+pub(crate) fn add_scalar_host(x: &Tensor, s: f32) -> Result<Tensor> {
     // `v·1 + s` is `v + s` bit for bit.
     map_rows(x, |isa, c| rows::affine(isa, c, 1.0, s))
 }
 
 /// `x · a + b`.
 pub fn affine(x: &Tensor, a: f32, b: f32) -> Result<Tensor> {
-    route!("affine", [x], Op::Affine { x: x.clone(), a, b });
+    route!("affine", [x], Op::Affine { x: x.clone(), a, b })
+}
+
+/// The CPU body of [`affine`] (the CPU backend runs it on checked operands).
+pub(crate) fn affine_host(x: &Tensor, a: f32, b: f32) -> Result<Tensor> {
     map_rows(x, |isa, c| rows::affine(isa, c, a, b))
 }
 
@@ -134,7 +170,11 @@ pub enum GluAct {
 /// Gated linear unit over the last dimension `[.., 2F] → [.., F]`: first half is the value,
 /// second half the gate: `value ⊙ act(gate)`.
 pub fn glu(x: &Tensor, act: GluAct) -> Result<Tensor> {
-    route!("glu", [x], Op::Glu { x: x.clone(), act });
+    route!("glu", [x], Op::Glu { x: x.clone(), act })
+}
+
+/// The CPU body of [`glu`] (the CPU backend runs it on checked operands).
+pub(crate) fn glu_host(x: &Tensor, act: GluAct) -> Result<Tensor> {
     // Checked: the last dimension exists and is even.
     let s = x.shape();
     let d2 = s.last().copied().unwrap_or(0);
@@ -181,7 +221,11 @@ pub fn add(a: &Tensor, b: &Tensor) -> Result<Tensor> {
             b: b.clone(),
             f: BinaryOp::Add
         }
-    );
+    )
+}
+
+/// The CPU body of [`add`] (the CPU backend runs it on checked operands).
+pub(crate) fn add_host(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     binary_map("add", a, b, |x, y| x + y)
 }
 
@@ -195,7 +239,11 @@ pub fn sub(a: &Tensor, b: &Tensor) -> Result<Tensor> {
             b: b.clone(),
             f: BinaryOp::Sub
         }
-    );
+    )
+}
+
+/// The CPU body of [`sub`] (the CPU backend runs it on checked operands).
+pub(crate) fn sub_host(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     binary_map("sub", a, b, |x, y| x - y)
 }
 
@@ -209,7 +257,11 @@ pub fn mul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
             b: b.clone(),
             f: BinaryOp::Mul
         }
-    );
+    )
+}
+
+/// The CPU body of [`mul`] (the CPU backend runs it on checked operands).
+pub(crate) fn mul_host(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     binary_map("mul", a, b, |x, y| x * y)
 }
 
@@ -223,13 +275,21 @@ pub fn div(a: &Tensor, b: &Tensor) -> Result<Tensor> {
             b: b.clone(),
             f: BinaryOp::Div
         }
-    );
+    )
+}
+
+/// The CPU body of [`div`] (the CPU backend runs it on checked operands).
+pub(crate) fn div_host(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     binary_map("div", a, b, |x, y| x / y)
 }
 
 /// Softmax over the last dimension (max-subtracted, f32).
 pub fn softmax_last(x: &Tensor) -> Result<Tensor> {
-    route!("softmax", [x], Op::Softmax { x: x.clone() });
+    route!("softmax", [x], Op::Softmax { x: x.clone() })
+}
+
+/// The CPU body of [`softmax_last`] (the CPU backend runs it on checked operands).
+pub(crate) fn softmax_last_host(x: &Tensor) -> Result<Tensor> {
     let d = x.shape().last().copied().unwrap_or(0);
     let mut v = f32_data(x)?.into_owned();
     threads::install(|| rowwise::softmax_rows(&mut v, d));
@@ -246,7 +306,11 @@ pub fn embedding(ids: &Tensor, table: &Tensor) -> Result<Tensor> {
             ids: ids.clone(),
             table: table.clone()
         }
-    );
+    )
+}
+
+/// The CPU body of [`embedding`] (the CPU backend runs it on checked operands).
+pub(crate) fn embedding_host(ids: &Tensor, table: &Tensor) -> Result<Tensor> {
     let ts = table.shape();
     let (vocab, d) = (ts[0], ts[1]);
     let idv: Vec<i64> = match ids.dtype() {
@@ -298,7 +362,11 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
             cos: cos.clone(),
             sin: sin.clone()
         }
-    );
+    )
+}
+
+/// The CPU body of [`rope`] (the CPU backend runs it on checked operands).
+pub(crate) fn rope_host(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     let s = x.shape();
     let (n, d) = (s[s.len() - 2], s[s.len() - 1]);
     let r = cos.shape()[1];

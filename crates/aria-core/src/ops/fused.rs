@@ -48,7 +48,16 @@ pub fn rms_norm_modulate(
             eps,
             scale_shift: scale_shift.map(|(a, b)| (a.clone(), b.clone())),
         }
-    );
+    )
+}
+
+/// The CPU body of [`rms_norm_modulate`] (the CPU backend runs it on checked operands).
+pub(crate) fn rms_norm_modulate_host(
+    x: &Tensor,
+    gamma: &Tensor,
+    eps: f32,
+    scale_shift: Option<(&Tensor, &Tensor)>,
+) -> Result<Tensor> {
     const OP: &str = "rms_norm_modulate";
     let [_, n, e] = dims3(OP, "x", x)?;
     let xd = f32_data(x)?;
@@ -82,7 +91,16 @@ pub fn gated_residual_add(
             gate: gate.cloned(),
             row_mask: row_mask.cloned(),
         }
-    );
+    )
+}
+
+/// The CPU body of [`gated_residual_add`] (the CPU backend runs it on checked operands).
+pub(crate) fn gated_residual_add_host(
+    h: &Tensor,
+    u: &Tensor,
+    gate: Option<&Tensor>,
+    row_mask: Option<&Tensor>,
+) -> Result<Tensor> {
     const OP: &str = "gated_residual_add";
     let [_, n, e] = dims3(OP, "h", h)?;
     let [_, nu, _] = dims3(OP, "u", u)?;
@@ -122,7 +140,18 @@ pub fn split_heads(
             norm: norm.map(|(g, eps)| (g.clone(), eps)),
             rope: rope.map(|(c, s)| (c.clone(), s.clone())),
         }
-    );
+    )
+}
+
+/// The CPU body of [`split_heads`] (the CPU backend runs it on checked operands).
+pub(crate) fn split_heads_host(
+    x: &Tensor,
+    col: usize,
+    heads: usize,
+    head_dim: usize,
+    norm: Option<(&Tensor, f32)>,
+    rope: Option<(&Tensor, &Tensor)>,
+) -> Result<Tensor> {
     const OP: &str = "split_heads";
     let [b, n, w] = dims3(OP, "x", x)?;
     let d = head_dim;
@@ -159,7 +188,11 @@ pub fn merge_heads(x: &Tensor, row_mask: Option<&Tensor>) -> Result<Tensor> {
             x: x.clone(),
             row_mask: row_mask.cloned(),
         }
-    );
+    )
+}
+
+/// The CPU body of [`merge_heads`] (the CPU backend runs it on checked operands).
+pub(crate) fn merge_heads_host(x: &Tensor, row_mask: Option<&Tensor>) -> Result<Tensor> {
     const OP: &str = "merge_heads";
     let &[b, h, n, d] = x.shape() else {
         return Err(CoreError::shape(OP, "x must be [B, H, N, D]", &[x.shape()]));
@@ -183,7 +216,11 @@ pub fn axpby(a: &[f32], x: &Tensor, b: &[f32], y: &Tensor) -> Result<Tensor> {
             b: b.to_vec(),
             y: y.clone(),
         }
-    );
+    )
+}
+
+/// The CPU body of [`axpby`] (the CPU backend runs it on checked operands).
+pub(crate) fn axpby_host(a: &[f32], x: &Tensor, b: &[f32], y: &Tensor) -> Result<Tensor> {
     let items = x.shape().first().copied().unwrap_or(1);
     let xd = f32_data(x)?;
     let yd = f32_data(y)?;
@@ -228,7 +265,21 @@ pub fn apg_guidance(
             apg_scale,
             norm_threshold,
         }
-    );
+    )
+}
+
+/// The CPU body of [`apg_guidance`] (the CPU backend runs it on checked operands).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn apg_guidance_host(
+    x: &Tensor,
+    v_cond: &Tensor,
+    v_uncond: &Tensor,
+    sigma: &[f32],
+    mask: Option<&Tensor>,
+    cfg_scale: f32,
+    apg_scale: f32,
+    norm_threshold: f32,
+) -> Result<Tensor> {
     const OP: &str = "apg_guidance";
     let [b, c, t] = dims3(OP, "x", x)?;
     let m = mask_rows(mask)?;
@@ -256,7 +307,11 @@ pub fn cfg_rescale(v: &Tensor, v_cond: &Tensor, phi: f32) -> Result<Tensor> {
             v_cond: v_cond.clone(),
             phi,
         }
-    );
+    )
+}
+
+/// The CPU body of [`cfg_rescale`] (the CPU backend runs it on checked operands).
+pub(crate) fn cfg_rescale_host(v: &Tensor, v_cond: &Tensor, phi: f32) -> Result<Tensor> {
     let [nb, c, t] = dims3("cfg_rescale", "v", v)?;
     let (vd, cd) = (f32_data(v)?, f32_data(v_cond)?);
     let out = kernel::cfg_rescale(&vd, &cd, [nb, c, t], phi);

@@ -8,7 +8,11 @@ use crate::{threads, Result, Tensor};
 /// `[B, L, k·C]`, where row `t` holds `x[t − k/2] … x[t + k/2]` (window position major) and
 /// positions outside `0..L` are zeros. `k` must be odd.
 pub fn unfold(x: &Tensor, k: usize) -> Result<Tensor> {
-    route!("unfold", [x], Op::Unfold { x: x.clone(), k });
+    route!("unfold", [x], Op::Unfold { x: x.clone(), k })
+}
+
+/// The CPU body of [`unfold`] (the CPU backend runs it on checked operands).
+pub(crate) fn unfold_host(x: &Tensor, k: usize) -> Result<Tensor> {
     // Checked: `x [B, L, C]`, `k` odd.
     let s = x.shape();
     let (b, l, c) = (s[0], s[1], s[2]);

@@ -13,7 +13,15 @@ pub use crate::backend::check::linear_dims;
 /// cost no extra memory; each output is `Σ_k x·w` accumulated in K order (FMA on SIMD paths)
 /// plus the bias.
 pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
-    linear_with(x, w, b, None)
+    route!(
+        "linear",
+        [x, w, b],
+        Op::Linear {
+            x: x.clone(),
+            w: w.clone(),
+            b: b.cloned()
+        }
+    )
 }
 
 /// The weight `w [N, K]` of a linear layer packed for the CPU matrix product of the current
@@ -40,15 +48,28 @@ pub(crate) fn linear_with(
     b: Option<&Tensor>,
     panels: Option<&PackedB>,
 ) -> Result<Tensor> {
-    route!(
-        "linear",
-        [x, w, b],
-        Op::Linear {
-            x: x.clone(),
-            w: w.clone(),
-            b: b.cloned()
+    match panels {
+        // The panels are the CPU backend's own layout of `w`: its body reads them directly.
+        Some(p) if crate::backend::device_of("linear", &[Some(x), Some(w), b])?.is_none() => {
+            let op = Op::Linear {
+                x: x.clone(),
+                w: w.clone(),
+                b: b.cloned(),
+            };
+            let spec = op.check()?;
+            crate::backend::check::held_to("cpu", "linear", linear_host(x, w, b, Some(p))?, &spec)
         }
-    );
+        _ => linear(x, w, b),
+    }
+}
+
+/// The CPU body of [`linear`], reading `panels` when they fit the product and the path.
+pub(crate) fn linear_host(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    panels: Option<&PackedB>,
+) -> Result<Tensor> {
     // Checked: float operands, `w [N, K]`, `b [N]`.
     let xs = x.shape();
     let (m, k, n) = linear_dims(x, w, b)?;
@@ -84,7 +105,11 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
             a: a.clone(),
             b: b.clone()
         }
-    );
+    )
+}
+
+/// The CPU body of [`matmul`] (the CPU backend runs it on checked operands).
+pub(crate) fn matmul_host(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let (batch, m, k, n) = crate::backend::check::matmul_dims(a, b)?;
     let ad = f32_data(a)?;
     let bd = f32_data(b)?;

@@ -34,30 +34,67 @@ pub(crate) use linear::{linear_with, pack_weight};
 pub use norm::{dyt, layer_norm, rms_norm, RmsStyle};
 pub use packed::{linear_packed, linear_packed_shape};
 pub use pad::pad;
+pub(crate) use rows::distinct_rows_host;
 pub use rows::{distinct_rows, DistinctRows};
 pub use same::{qkv_heads, rope_table, std_last, HeadNorm};
 pub use text::{fill_masked_rows, fourier_features, FourierLayout};
+
+/// The CPU bodies of the op set, which the CPU backend ([`Cpu`](crate::backend::Cpu)) runs on
+/// checked operands (each named as its op).
+pub(crate) mod host {
+    pub(crate) use super::attention::{
+        attention_diff_host as attention_diff, attention_host as attention,
+    };
+    pub(crate) use super::conv::conv1d_host as conv1d;
+    pub(crate) use super::elementwise::{
+        add_host as add, add_scalar_host as add_scalar, affine_host as affine, div_host as div,
+        embedding_host as embedding, gelu_host as gelu, gelu_tanh_host as gelu_tanh,
+        glu_host as glu, mul_host as mul, mul_scalar_host as mul_scalar, rope_host as rope,
+        sigmoid_host as sigmoid, silu_host as silu, sin_pi_host as sin_pi,
+        softmax_last_host as softmax_last, sub_host as sub, tanh_host as tanh,
+    };
+    pub(crate) use super::fused::{
+        apg_guidance_host as apg_guidance, axpby_host as axpby, cfg_rescale_host as cfg_rescale,
+        gated_residual_add_host as gated_residual_add, merge_heads_host as merge_heads,
+        rms_norm_modulate_host as rms_norm_modulate, split_heads_host as split_heads,
+    };
+    pub(crate) use super::layout::unfold_host as unfold;
+    pub(crate) use super::linear::linear_host as linear;
+    pub(crate) use super::linear::matmul_host as matmul;
+    pub(crate) use super::norm::{
+        dyt_host as dyt, layer_norm_host as layer_norm, rms_norm_host as rms_norm,
+    };
+    pub(crate) use super::packed::linear_packed_host as linear_packed;
+    pub(crate) use super::pad::pad_host as pad;
+    pub(crate) use super::same::{
+        qkv_heads_host as qkv_heads, rope_table_host as rope_table, std_last_host as std_last,
+    };
+    pub(crate) use super::text::{
+        fill_masked_rows_host as fill_masked_rows, fourier_features_host as fourier_features,
+    };
+}
 
 use crate::backend::Device;
 use crate::{CoreError, DType, Result, Tensor};
 
 /// The check step, then the backend: `route!("name", [a, b], Op::X {..})` runs the op's
-/// [`check`](crate::backend::Op::check) (every shape and dtype rule, on the CPU and on a device
-/// alike) and, when an operand lives on a device backend, returns from the calling op with that
-/// backend's result, held to the checked shape and dtype. Operands are `&Tensor` or
-/// `Option<&Tensor>` expressions. The CPU body that follows may rely on the rules.
+/// [`check`](crate::backend::Op::check) (every shape and dtype rule) and hands the op to the
+/// backend its operands live on: a device backend, or the CPU backend
+/// ([`Cpu`](crate::backend::Cpu)) when they are all host tensors. The result is held to the
+/// checked shape and dtype on every backend alike. Operands are `&Tensor` or `Option<&Tensor>`
+/// expressions; the macro is the calling op's value.
 macro_rules! route {
-    ($name:literal, [$($t:expr),* $(,)?], $op:expr) => {
+    ($name:literal, [$($t:expr),* $(,)?], $op:expr) => {{
         let op = $op;
         let spec = op.check()?;
-        if let Some(be) = $crate::backend::device_of(
+        match $crate::backend::device_of(
             $name,
             &[$($crate::ops::IntoOperand::into_operand($t)),*],
         )? {
-            return $crate::backend::check::run_checked(&*be, op, &spec);
+            Some(be) => $crate::backend::check::run_checked(&*be, op, &spec),
+            None => $crate::backend::check::run_checked(&$crate::backend::Cpu, op, &spec),
         }
-        drop((op, spec));
-    };
+    }};
 }
 pub(crate) use route;
 

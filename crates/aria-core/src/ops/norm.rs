@@ -28,7 +28,16 @@ pub fn rms_norm(x: &Tensor, w: Option<&Tensor>, eps: f32, style: RmsStyle) -> Re
             eps,
             style
         }
-    );
+    )
+}
+
+/// The CPU body of [`rms_norm`] (the CPU backend runs it on checked operands).
+pub(crate) fn rms_norm_host(
+    x: &Tensor,
+    w: Option<&Tensor>,
+    eps: f32,
+    style: RmsStyle,
+) -> Result<Tensor> {
     let d = rows(x);
     let xd = f32_data(x)?;
     let wd = w.map(f32_data).transpose()?;
@@ -52,7 +61,16 @@ pub fn layer_norm(x: &Tensor, w: Option<&Tensor>, b: Option<&Tensor>, eps: f32) 
             b: b.cloned(),
             eps
         }
-    );
+    )
+}
+
+/// The CPU body of [`layer_norm`] (the CPU backend runs it on checked operands).
+pub(crate) fn layer_norm_host(
+    x: &Tensor,
+    w: Option<&Tensor>,
+    b: Option<&Tensor>,
+    eps: f32,
+) -> Result<Tensor> {
     let d = rows(x);
     let mut out = f32_data(x)?.into_owned();
     let wd = w.map(f32_data).transpose()?;
@@ -72,7 +90,11 @@ pub fn dyt(x: &Tensor, alpha: f32, gamma: &Tensor, beta: &Tensor) -> Result<Tens
             gamma: gamma.clone(),
             beta: beta.clone()
         }
-    );
+    )
+}
+
+/// The CPU body of [`dyt`] (the CPU backend runs it on checked operands).
+pub(crate) fn dyt_host(x: &Tensor, alpha: f32, gamma: &Tensor, beta: &Tensor) -> Result<Tensor> {
     let d = rows(x);
     let g = f32_data(gamma)?;
     let b = f32_data(beta)?;

@@ -84,7 +84,18 @@ pub fn linear_packed(
             shape,
             b: b.cloned()
         }
-    );
+    )
+}
+
+/// The CPU body of [`linear_packed`] (the CPU backend runs it on checked operands).
+pub(crate) fn linear_packed_host(
+    x: &Tensor,
+    w: &Tensor,
+    format: WeightFormat,
+    w8a8: bool,
+    shape: [usize; 2],
+    b: Option<&Tensor>,
+) -> Result<Tensor> {
     let out_shape = linear_packed_shape(x, format, w8a8, shape, b)?;
     let [rows, cols] = shape;
     match format {

@@ -16,7 +16,11 @@ pub fn pad(x: &Tensor, dim: usize, before: usize, after: usize) -> Result<Tensor
             before,
             after
         }
-    );
+    )
+}
+
+/// The CPU body of [`pad`] (the CPU backend runs it on checked operands).
+pub(crate) fn pad_host(x: &Tensor, dim: usize, before: usize, after: usize) -> Result<Tensor> {
     // Checked: `dim < rank`.
     let s = x.shape();
     if before == 0 && after == 0 {

@@ -7,7 +7,6 @@
 //! [`Backend::distinct_rows`](crate::Backend::distinct_rows). The model code is the same either
 //! way, and so are the results: the copies are exact ([`crate::ops::embedding`] of the rows).
 
-use crate::backend::Device;
 use crate::{CoreError, DType, Result, Tensor};
 
 /// The distinct rows of a `[.., D]` tensor and where each of its rows went.
@@ -68,9 +67,11 @@ impl DistinctRows {
 /// is nothing to share: every row distinct, `x` not f32 or of rank < 2, or `x` on a backend
 /// that does not look ([`Backend::distinct_rows`](crate::Backend::distinct_rows)).
 pub fn distinct_rows(x: &Tensor) -> Result<Option<DistinctRows>> {
-    if let Device::Backend(be) = x.device() {
-        return be.distinct_rows(x);
-    }
+    x.device().backend().distinct_rows(x)
+}
+
+/// The CPU backend's [`distinct_rows`]: the rows are read and hashed bit for bit.
+pub(crate) fn distinct_rows_host(x: &Tensor) -> Result<Option<DistinctRows>> {
     let s = x.shape();
     if s.len() < 2 || x.dtype() != DType::F32 {
         return Ok(None);

@@ -21,7 +21,11 @@ pub fn rope_table(inv_freq: &Tensor, pos0: usize, n: usize) -> Result<Tensor> {
             pos0,
             n
         }
-    );
+    )
+}
+
+/// The CPU body of [`rope_table`] (the CPU backend runs it on checked operands).
+pub(crate) fn rope_table_host(inv_freq: &Tensor, pos0: usize, n: usize) -> Result<Tensor> {
     let f = f32_data(inv_freq)?;
     let r = 2 * f.len();
     let mut out = vec![0f32; 2 * n * r];
@@ -81,7 +85,18 @@ pub fn qkv_heads(
             norm: norm.map(|n| (n.gamma.clone(), n.beta.clone())),
             rope: rope.map(|(c, s)| (c.clone(), s.clone())),
         }
-    );
+    )
+}
+
+/// The CPU body of [`qkv_heads`] (the CPU backend runs it on checked operands).
+pub(crate) fn qkv_heads_host(
+    x: &Tensor,
+    parts: usize,
+    part: usize,
+    heads: usize,
+    norm: Option<HeadNorm<'_>>,
+    rope: Option<(&Tensor, &Tensor)>,
+) -> Result<Tensor> {
     let (b, n, dh) = crate::backend::check::qkv_dims(x, parts, part, heads, rope.map(|r| r.0))?;
     let nd = match norm {
         Some(nm) => Some((nm.alpha, f32_data(nm.gamma)?, f32_data(nm.beta)?)),
@@ -114,7 +129,11 @@ pub fn qkv_heads(
 /// `sqrt(Σ(x − m)² / (L − 1))` with `m = Σx / L`, both sums sequential in f32 (a row of one
 /// element gives NaN, as the reference does).
 pub fn std_last(x: &Tensor) -> Result<Tensor> {
-    route!("std_last", [x], Op::StdLast { x: x.clone() });
+    route!("std_last", [x], Op::StdLast { x: x.clone() })
+}
+
+/// The CPU body of [`std_last`] (the CPU backend runs it on checked operands).
+pub(crate) fn std_last_host(x: &Tensor) -> Result<Tensor> {
     let s = x.shape();
     let l = s.last().copied().unwrap_or(0);
     let mut shape = s.to_vec();

@@ -29,7 +29,15 @@ pub fn fourier_features(values: &Tensor, freqs: &Tensor, layout: FourierLayout) 
             freqs: freqs.clone(),
             layout
         }
-    );
+    )
+}
+
+/// The CPU body of [`fourier_features`] (the CPU backend runs it on checked operands).
+pub(crate) fn fourier_features_host(
+    values: &Tensor,
+    freqs: &Tensor,
+    layout: FourierLayout,
+) -> Result<Tensor> {
     let v = f32_data(values)?;
     let f = f32_data(freqs)?;
     let half = f.len();
@@ -70,7 +78,15 @@ pub fn fill_masked_rows(x: &Tensor, mask: &Tensor, fill: Option<&Tensor>) -> Res
             mask: mask.clone(),
             fill: fill.cloned()
         }
-    );
+    )
+}
+
+/// The CPU body of [`fill_masked_rows`] (the CPU backend runs it on checked operands).
+pub(crate) fn fill_masked_rows_host(
+    x: &Tensor,
+    mask: &Tensor,
+    fill: Option<&Tensor>,
+) -> Result<Tensor> {
     let s = x.shape();
     let d = s.last().copied().unwrap_or(0);
     let xc = x.contiguous()?;

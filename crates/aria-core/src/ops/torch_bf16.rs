@@ -37,7 +37,11 @@ pub fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
             w: w.clone(),
             b: bias.cloned()
         }
-    );
+    )
+}
+
+/// The CPU body of [`linear`] (the CPU backend runs it on checked operands).
+pub(crate) fn linear_host(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     let (m, kd, n) = linear_dims(x, w, bias)?;
     let (x, w) = (x.contiguous()?, w.contiguous()?);
     let (xd, wd) = (
@@ -96,7 +100,16 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, opts: &AttnOpts<'_>) -> Res
             v: v.clone(),
             opts: AttnSpec::of(opts)
         }
-    );
+    )
+}
+
+/// The CPU body of [`attention`] (the CPU backend runs it on checked operands).
+pub(crate) fn attention_host(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    opts: &AttnOpts<'_>,
+) -> Result<Tensor> {
     // Checked: no soft-cap, the shapes, a key mask [B, Nk] applied by exclusion.
     let nk = k.dim(2)?;
     let valid: Option<Vec<bool>> = match opts.key_mask {
@@ -115,7 +128,11 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, opts: &AttnOpts<'_>) -> Res
 /// rounding PyTorch applies when an f32 result is stored in a bf16 tensor. An op of the set
 /// (`torch_bf16_round`).
 pub fn round_tensor(x: &Tensor) -> Result<Tensor> {
-    route!("torch_bf16_round", [x], Op::TorchBf16Round { x: x.clone() });
+    route!("torch_bf16_round", [x], Op::TorchBf16Round { x: x.clone() })
+}
+
+/// The CPU body of [`round_tensor`] (the CPU backend runs it on checked operands).
+pub(crate) fn round_tensor_host(x: &Tensor) -> Result<Tensor> {
     map(x, round)
 }
 
@@ -130,7 +147,11 @@ pub fn binary(a: &Tensor, b: &Tensor, f: BinaryOp) -> Result<Tensor> {
             b: b.clone(),
             f
         }
-    );
+    )
+}
+
+/// The CPU body of [`binary`] (the CPU backend runs it on checked operands).
+pub(crate) fn binary_host(a: &Tensor, b: &Tensor, f: BinaryOp) -> Result<Tensor> {
     match f {
         BinaryOp::Add => binary_map("torch_bf16::add", a, b, |x, y| round(x + y)),
         BinaryOp::Sub => binary_map("torch_bf16::sub", a, b, |x, y| round(x - y)),
@@ -161,7 +182,11 @@ pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
             w: w.clone(),
             eps
         }
-    );
+    )
+}
+
+/// The CPU body of [`rms_norm`] (the CPU backend runs it on checked operands).
+pub(crate) fn rms_norm_host(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
     let d = x.shape().last().copied().unwrap_or(0);
     let w1p: Vec<f32> = f32_data(w)?.iter().map(|w| 1.0 + w).collect();
     let xc = x.contiguous()?;
@@ -177,7 +202,11 @@ pub fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
         "torch_bf16_gelu_tanh",
         [x],
         Op::TorchBf16GeluTanh { x: x.clone() }
-    );
+    )
+}
+
+/// The CPU body of [`gelu_tanh`] (the CPU backend runs it on checked operands).
+pub(crate) fn gelu_tanh_host(x: &Tensor) -> Result<Tensor> {
     map(x, k::gelu_tanh)
 }
 
@@ -194,7 +223,11 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
             cos: cos.clone(),
             sin: sin.clone()
         }
-    );
+    )
+}
+
+/// The CPU body of [`rope`] (the CPU backend runs it on checked operands).
+pub(crate) fn rope_host(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     let s = x.shape();
     let (n, d) = (s[s.len() - 2], s[s.len() - 1]);
     let (c, sn) = (f32_data(cos)?, f32_data(sin)?);

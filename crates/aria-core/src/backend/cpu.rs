@@ -1,0 +1,168 @@
+//! The CPU backend ([`Cpu`]).
+
+use std::sync::{Arc, OnceLock};
+
+use crate::backend::{Backend, Device, Op};
+use crate::nn::{PackedBlocks, WeightFormat};
+use crate::{CoreError, Result, Tensor};
+
+/// The CPU backend: host tensors, run by `aria-cpu`'s bodies.
+///
+/// [`Cpu`] implements [`Backend`] like the device backends do, and the registry opens it by the
+/// name `cpu` like any other entry. Every op on host tensors goes through it: the `ops`
+/// functions run the check step, find no device operand, and hand the op to
+/// [`Cpu::run`](Backend::run), whose result is held to the checked shape and dtype as a device
+/// backend's is. Its `run` is the CPU reference of the op set ([`Op::run_cpu`]): it takes the
+/// operands' elements as slices and calls one `aria-cpu` function (which chooses the ISA at run
+/// time: scalar, AVX2, AVX-512, AVX-512 BF16, AMX, NEON) inside the caller's thread pool.
+///
+/// Host tensors are the CPU backend's storage ([`Device::Cpu`]), so "uploading" to it and
+/// "downloading" from it are clones.
+///
+/// ```
+/// use aria_core::backend::{registry, Backend, Cpu};
+/// use aria_core::{ops, Tensor};
+/// # fn main() -> aria_core::Result<()> {
+/// let cpu = registry::open("cpu", &Default::default())?;
+/// assert_eq!(cpu.backend().name(), "cpu");
+/// let x = cpu.put(&Tensor::from_vec(vec![-1.0f32, 2.0], &[1, 2])?)?;
+/// // The same op, through `ops` or handed to the backend directly.
+/// let op = aria_core::backend::Op::AddScalar { x: x.clone(), s: 1.0 };
+/// assert_eq!(Cpu.run(op)?.to_vec::<f32>()?, ops::add_scalar(&x, 1.0)?.to_vec::<f32>()?);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cpu;
+
+impl Cpu {
+    /// The shared handle [`Device::backend`] gives for host tensors.
+    pub fn shared() -> Arc<dyn Backend> {
+        static CPU: OnceLock<Arc<dyn Backend>> = OnceLock::new();
+        CPU.get_or_init(|| Arc::new(Cpu)).clone()
+    }
+}
+
+fn host_only(t: &Tensor, what: &'static str) -> Result<()> {
+    match t.device() {
+        Device::Cpu => Ok(()),
+        Device::Backend(b) => Err(CoreError::Unsupported {
+            op: what,
+            backend: format!("cpu (the tensor lives on {})", b.name()),
+        }),
+    }
+}
+
+impl Backend for Cpu {
+    fn name(&self) -> &str {
+        "cpu"
+    }
+
+    /// A host tensor is already on the CPU backend: a clone. A device tensor is refused (a
+    /// download is [`Device::put`] with [`Device::Cpu`], through the backend it lives on).
+    fn upload(&self, t: &Tensor) -> Result<Tensor> {
+        host_only(t, "upload")?;
+        Ok(t.clone())
+    }
+
+    fn to_cpu(&self, t: &Tensor) -> Result<Tensor> {
+        host_only(t, "to_cpu")?;
+        Ok(t.clone())
+    }
+
+    fn run(&self, op: Op) -> Result<Tensor> {
+        op.run_cpu()
+    }
+
+    /// The formats [`Op::LinearPacked`] runs on host blocks: `q8_0` (weight-only and W8A8) and
+    /// `bf16_panels`. (The k-quants run on the CPU through their own weight type,
+    /// `aria-quant`'s, which a layer calls directly; the op's CPU reference for them is their
+    /// dequantization.)
+    fn packed_formats(&self) -> Vec<(WeightFormat, bool)> {
+        vec![
+            (WeightFormat::Q8_0, true),
+            (WeightFormat::Bf16Panels, false),
+        ]
+    }
+
+    /// `bf16_panels` where the AMX tile unit is granted or `vdpbf16ps` outruns f32 FMA.
+    fn faster_than_f32(&self, format: WeightFormat) -> bool {
+        format == WeightFormat::Bf16Panels && crate::nn::Bf16DotWeight::faster_than_f32()
+    }
+
+    /// The host blocks themselves, for the formats of [`Cpu::packed_formats`](Backend::packed_formats).
+    fn upload_packed(&self, w: &PackedBlocks) -> Result<Tensor> {
+        if !matches!(
+            (w.format, w.w8a8),
+            (WeightFormat::Q8_0, _) | (WeightFormat::Bf16Panels, false)
+        ) {
+            return Err(CoreError::Backend {
+                backend: "cpu".into(),
+                reason: format!(
+                    "no reference kernel for packed {} weights in the op set (formats here: {})",
+                    w.format,
+                    super::format_list(&self.packed_formats())
+                ),
+            });
+        }
+        host_only(&w.data, "upload_packed")?;
+        Ok(w.data.clone())
+    }
+
+    /// Equal rows, found by reading and hashing them ([`crate::ops::distinct_rows`]).
+    fn distinct_rows(&self, x: &Tensor) -> Result<Option<crate::ops::DistinctRows>> {
+        crate::ops::distinct_rows_host(x)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops;
+
+    #[test]
+    fn host_ops_go_through_the_cpu_backend_and_are_held_to_the_spec() {
+        let x = Tensor::from_vec(vec![1.0f32, -2.0, 3.0, 4.0], &[2, 2]).unwrap();
+        let silu = || Op::Unary {
+            x: x.clone(),
+            f: crate::backend::UnaryOp::Silu,
+        };
+        let bits = |t: Tensor| -> Vec<u32> {
+            let v = t.to_vec::<f32>().unwrap();
+            v.iter().map(|v| v.to_bits()).collect()
+        };
+        let a = bits(ops::silu(&x).unwrap());
+        let b = bits(Cpu.run(silu()).unwrap());
+        assert_eq!(a, b);
+        assert_eq!(a.len(), 4);
+        // A result of another shape than the check step's is an error naming the backend.
+        let spec = silu().check().unwrap();
+        let wrong = Tensor::from_vec(vec![0.0f32; 4], &[4]).unwrap();
+        let e = crate::backend::check::held_to("cpu", "unary", wrong, &spec)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("cpu") && e.contains("unary") && e.contains("[2, 2]"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_malformed_op_handed_to_the_cpu_backend_is_refused_by_the_check() {
+        let x = Tensor::from_vec(vec![0.0f32; 6], &[2, 3]).unwrap();
+        let w = Tensor::from_vec(vec![0.0f32; 20], &[4, 5]).unwrap();
+        let e = Cpu
+            .run(Op::Linear { x, w, b: None })
+            .expect_err("K differs");
+        assert!(matches!(e, CoreError::Shape { .. }), "{e}");
+        assert!(e.to_string().contains("linear"), "{e}");
+    }
+
+    #[test]
+    fn the_cpu_backend_is_the_host_device() {
+        assert_eq!(Device::Cpu.backend().name(), "cpu");
+        let t = Tensor::from_vec(vec![1.0f32], &[1]).unwrap();
+        assert_eq!(Cpu.upload(&t).unwrap().to_vec::<f32>().unwrap(), vec![1.0]);
+        assert_eq!(Cpu.to_cpu(&t).unwrap().to_vec::<f32>().unwrap(), vec![1.0]);
+        assert!(Cpu.packed_formats().contains(&(WeightFormat::Q8_0, true)));
+    }
+}
