@@ -437,7 +437,10 @@ impl Tensor {
             dtype,
         };
         let spec = op.check()?;
-        crate::backend::run_checked(&*self.device().backend(), op, &spec)
+        match self.device() {
+            Device::Backend(b) => crate::backend::run_checked(&*b, op, &spec),
+            Device::Cpu => crate::backend::run_checked_host(op, &spec),
+        }
     }
 
     /// The CPU body of [`Tensor::to_dtype`].
@@ -474,7 +477,10 @@ impl Tensor {
         }
         let op = Op::Contiguous { x: self.clone() };
         let spec = op.check()?;
-        crate::backend::run_checked(&*self.device().backend(), op, &spec)
+        match self.device() {
+            Device::Backend(b) => crate::backend::run_checked(&*b, op, &spec),
+            Device::Cpu => crate::backend::run_checked_host(op, &spec),
+        }
     }
 
     /// The CPU body of [`Tensor::contiguous`].
@@ -612,7 +618,7 @@ impl Tensor {
         };
         match crate::backend::device_of("cat", &operands)? {
             Some(b) => crate::backend::run_checked(&*b, op, &spec),
-            None => crate::backend::run_checked(&crate::backend::Cpu, op, &spec),
+            None => crate::backend::run_checked_host(op, &spec),
         }
     }
 

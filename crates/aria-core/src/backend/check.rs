@@ -70,7 +70,7 @@ pub fn dispatch(mut op: Op) -> Result<Tensor> {
     };
     match be {
         Some(be) => run_checked(&*be, op, &spec),
-        None => run_checked(&super::Cpu, op, &spec),
+        None => super::run_checked_host(op, &spec),
     }
 }
 

@@ -10,9 +10,9 @@ use crate::{CoreError, Result, Tensor};
 ///
 /// [`Cpu`] implements [`Backend`] like the device backends do, and the registry opens it by the
 /// name `cpu` like any other entry. Every op on host tensors goes through it: the `ops`
-/// functions run the check step, find no device operand, and hand the op to
-/// [`Cpu::run`](Backend::run), whose result is held to the checked shape and dtype as a device
-/// backend's is. Its `run` is the CPU reference of the op set ([`Op::run_cpu`]): it takes the
+/// functions run the check step, find no device operand, and run the op on the CPU backend's
+/// body (what [`Cpu::run`](Backend::run) runs after its own check), whose result is held to the
+/// checked shape and dtype as a device backend's is. Its `run` is the CPU reference of the op set ([`Op::run_cpu`]): it takes the
 /// operands' elements as slices and calls one `aria-cpu` function (which chooses the ISA at run
 /// time: scalar, AVX2, AVX-512, AVX-512 BF16, AMX, NEON) inside the caller's thread pool.
 ///
@@ -112,6 +112,14 @@ impl Backend for Cpu {
     fn distinct_rows(&self, x: &Tensor) -> Result<Option<crate::ops::DistinctRows>> {
         crate::ops::distinct_rows_host(x)
     }
+}
+
+/// Run an op whose check step has run (`spec` is its result) on the CPU backend's body, the
+/// result held to `spec`: what the `ops` functions do for host operands, so the check is not
+/// repeated. [`Cpu::run`](Backend::run) is the same body behind the check, for any caller.
+pub(crate) fn run_checked_host(op: Op, spec: &super::OutSpec) -> Result<Tensor> {
+    let name = op.name();
+    super::check::held_to("cpu", name, op.run_host()?, spec)
 }
 
 #[cfg(test)]

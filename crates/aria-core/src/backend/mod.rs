@@ -58,6 +58,7 @@ mod cpu;
 mod op;
 pub mod registry;
 pub use check::{dispatch, run_checked, OutSpec};
+pub(crate) use cpu::run_checked_host;
 pub use cpu::Cpu;
 pub use op::{device_of, AttnSpec, BinaryOp, Op, UnaryOp};
 

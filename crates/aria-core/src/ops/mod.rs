@@ -92,7 +92,7 @@ macro_rules! route {
             &[$($crate::ops::IntoOperand::into_operand($t)),*],
         )? {
             Some(be) => $crate::backend::check::run_checked(&*be, op, &spec),
-            None => $crate::backend::check::run_checked(&$crate::backend::Cpu, op, &spec),
+            None => $crate::backend::run_checked_host(op, &spec),
         }
     }};
 }
