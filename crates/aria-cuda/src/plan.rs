@@ -142,6 +142,7 @@ mod tests {
                 x: x.clone(),
                 w: t(&[3, 4]),
                 b: None,
+                prepared: None,
             },
             Op::Matmul {
                 a: t(&[2, 2]),

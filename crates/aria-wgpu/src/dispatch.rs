@@ -7,7 +7,7 @@ use aria_core::Result;
 /// Run one routed op.
 pub(crate) fn run(be: &WgpuBackend, op: &Op) -> Result<Tensor> {
     match op {
-        Op::Linear { x, w, b } => be.linear(x, w, b.as_ref()),
+        Op::Linear { x, w, b, .. } => be.linear(x, w, b.as_ref()),
         Op::LinearPacked {
             x,
             w,

@@ -453,10 +453,19 @@ impl Op {
     pub fn check(&self) -> Result<OutSpec> {
         let same = |x: &Tensor| Ok(OutSpec::f32(x.shape().to_vec()));
         match self {
-            Op::Linear { x, w, b } => {
+            Op::Linear { x, w, b, prepared } => {
                 require_float("linear", x)?;
                 require_float("linear", w)?;
                 let (_, _, n) = linear_dims(x, w, b.as_ref())?;
+                if let Some(p) = prepared {
+                    if p.shape()[..] != *w.shape() {
+                        return Err(CoreError::shape(
+                            "linear",
+                            format!("a layout prepared by {} for another weight", p.backend()),
+                            &[&p.shape(), w.shape()],
+                        ));
+                    }
+                }
                 Ok(OutSpec::f32(with_last(x.shape(), n)))
             }
             Op::LinearPacked {

@@ -108,6 +108,17 @@ impl Backend for Cpu {
         Ok(w.data.clone())
     }
 
+    /// The weight's panels packed for the CPU matrix product of the current path (an f32 copy
+    /// as large as the weight in f32; `None` for a weight that is not a rank-2 float tensor).
+    /// The product reads them while they fit the path it runs on, and `w` otherwise.
+    fn prepare_weight(&self, w: &Tensor) -> Result<Option<super::Prepared>> {
+        host_only(w, "prepare_weight")?;
+        Ok(crate::ops::pack_weight(w)?.map(|p| {
+            let shape = [w.shape()[0], w.shape()[1]];
+            super::Prepared::new("cpu", shape, p.nbytes(), p)
+        }))
+    }
+
     /// Equal rows, found by reading and hashing them ([`crate::ops::distinct_rows`]).
     fn distinct_rows(&self, x: &Tensor) -> Result<Option<crate::ops::DistinctRows>> {
         crate::ops::distinct_rows_host(x)
@@ -159,7 +170,12 @@ mod tests {
         let x = Tensor::from_vec(vec![0.0f32; 6], &[2, 3]).unwrap();
         let w = Tensor::from_vec(vec![0.0f32; 20], &[4, 5]).unwrap();
         let e = Cpu
-            .run(Op::Linear { x, w, b: None })
+            .run(Op::Linear {
+                x,
+                w,
+                b: None,
+                prepared: None,
+            })
             .expect_err("K differs");
         assert!(matches!(e, CoreError::Shape { .. }), "{e}");
         assert!(e.to_string().contains("linear"), "{e}");

@@ -56,11 +56,13 @@ use crate::{CoreError, Result, Tensor};
 pub mod check;
 mod cpu;
 mod op;
+mod prepared;
 pub mod registry;
 pub use check::{dispatch, run_checked, OutSpec};
 pub(crate) use cpu::run_checked_host;
 pub use cpu::Cpu;
 pub use op::{device_of, AttnSpec, BinaryOp, Op, UnaryOp};
+pub use prepared::Prepared;
 
 /// Where a tensor lives.
 #[derive(Clone)]
@@ -193,6 +195,15 @@ pub trait Backend: Send + Sync {
                 format_list(&self.packed_formats())
             ),
         })
+    }
+
+    /// Lay the dense weight `w [N, K]` (one of this backend's tensors) out once for the products
+    /// of [`Op::Linear`], which then carries the layout beside `w` ([`crate::ops::linear_prepared`],
+    /// [`crate::nn::Linear::set_prepack`]). The default lays nothing out (`Ok(None)`): the op
+    /// reads `w` in every call.
+    fn prepare_weight(&self, w: &Tensor) -> Result<Option<Prepared>> {
+        let _ = w;
+        Ok(None)
     }
 
     /// The distinct rows of `x` (one of this backend's tensors), for a model to compute row-wise

@@ -133,7 +133,12 @@ macro_rules! no_operands {
     )*};
 }
 no_operands!(f32, usize, bool, DType, UnaryOp, BinaryOp, GluAct, RmsStyle);
-no_operands!(ops::FourierLayout, crate::nn::WeightFormat, [usize; 2]);
+no_operands!(
+    ops::FourierLayout,
+    crate::nn::WeightFormat,
+    [usize; 2],
+    super::Prepared
+);
 
 macro_rules! op_set {
     ($(
@@ -178,8 +183,9 @@ macro_rules! op_set {
 }
 
 op_set! {
-    /// `y = x·Wᵀ + b` ([`ops::linear`]).
-    Linear "linear" { x: Tensor, w: Tensor, b: Option<Tensor> },
+    /// `y = x·Wᵀ + b` ([`ops::linear`]); `prepared` is the backend's own layout of `w`, made
+    /// once ([`ops::linear_prepared`]), which never changes the result.
+    Linear "linear" { x: Tensor, w: Tensor, b: Option<Tensor>, prepared: Option<super::Prepared> },
     /// `y = x·Wᵀ + b` with `W [rows, cols]` packed in `format`, optionally with int8 activations
     /// ([`ops::linear_packed`]); `w` holds the blocks (CPU) or the backend's layout (device).
     LinearPacked "linear_packed" { x: Tensor, w: Tensor, format: crate::nn::WeightFormat, w8a8: bool, shape: [usize; 2], b: Option<Tensor> },
@@ -278,7 +284,14 @@ impl Op {
     pub(crate) fn run_host(&self) -> Result<Tensor> {
         use crate::ops::host as h;
         match self {
-            Op::Linear { x, w, b } => h::linear(x, w, b.as_ref(), None),
+            Op::Linear { x, w, b, prepared } => h::linear(
+                x,
+                w,
+                b.as_ref(),
+                prepared
+                    .as_ref()
+                    .and_then(|p| p.layout::<crate::cpu::gemm::PackedB>()),
+            ),
             Op::LinearPacked {
                 x,
                 w,

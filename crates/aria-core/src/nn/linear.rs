@@ -3,23 +3,24 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::weight::{Adapter, Weight};
-use crate::cpu::gemm::PackedB;
+use crate::backend::Prepared;
 use crate::{ops, CoreError, Device, Result, Tensor, WeightLoader};
 
-/// The weight's panels packed for the CPU matrix product, kept between calls when the layer
-/// asks for it ([`Linear::set_prepack`]). Clones share the packed data.
+/// The weight laid out by its backend ([`Backend::prepare_weight`](crate::Backend::prepare_weight)),
+/// kept between calls when the layer asks for it ([`Linear::set_prepack`]). Clones share the
+/// layout.
 #[derive(Default)]
-struct Panels(Mutex<Option<Arc<PackedB>>>);
+struct Panels(Mutex<Option<Prepared>>);
 
 impl Panels {
-    fn get(&self) -> Option<Arc<PackedB>> {
+    fn get(&self) -> Option<Prepared> {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
 
-    fn set(&self, p: Option<Arc<PackedB>>) -> Option<Arc<PackedB>> {
+    fn set(&self, p: Option<Prepared>) -> Option<Prepared> {
         std::mem::replace(
             &mut *self.0.lock().unwrap_or_else(PoisonError::into_inner),
             p,
@@ -309,12 +310,13 @@ impl Linear {
         Ok(self.weight.release_pages()? + b + p)
     }
 
-    /// Keep the dense weight packed for the CPU matrix product after the first
-    /// [`Linear::forward`] on the CPU (`true`), instead of packing it in every call (`false`, the
-    /// default): for layers run many times, such as a diffusion model's at every sampler step.
-    /// The packed copy is f32, as large as the weight in f32; it is dropped when the weight,
-    /// adapters or device change, and by [`Linear::release_pages`]. Results are bit-identical
-    /// either way.
+    /// Keep the dense weight laid out by its backend for the matrix product
+    /// ([`Backend::prepare_weight`](crate::Backend::prepare_weight); the CPU's packed f32
+    /// panels) after the first [`Linear::forward`] (`true`), instead of laying it out in every
+    /// call (`false`, the default): for layers run many times, such as a diffusion model's at
+    /// every sampler step. The CPU's copy is f32, as large as the weight in f32; it is dropped
+    /// when the weight, adapters or device change, and by [`Linear::release_pages`]. Results are
+    /// bit-identical either way; a backend that lays nothing out reads the weight as before.
     pub fn set_prepack(&mut self, on: bool) {
         self.prepack = on;
         if !on {
@@ -325,16 +327,16 @@ impl Linear {
     /// `x·Wᵀ + b` for `x [.., in]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         if let Some(w) = self.effective_weight() {
-            if self.prepack && x.device().is_cpu() {
+            if self.prepack {
                 let p = match self.panels.get() {
                     Some(p) => Some(p),
                     None => {
-                        let p = ops::pack_weight(w)?.map(Arc::new);
+                        let p = w.device().backend().prepare_weight(w)?;
                         self.panels.set(p.clone());
                         p
                     }
                 };
-                return ops::linear_with(x, w, self.bias.as_ref(), p.as_deref());
+                return ops::linear_prepared(x, w, self.bias.as_ref(), p.as_ref());
             }
             return ops::linear(x, w, self.bias.as_ref());
         }

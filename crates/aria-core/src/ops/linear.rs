@@ -1,6 +1,6 @@
 use super::route;
 use super::{f32_data, require_float};
-use crate::backend::Op;
+use crate::backend::{Op, Prepared};
 use crate::cpu::gemm::{gemm_vec, BSrc, PackedB};
 use crate::{cpu, threads, Result, Tensor};
 
@@ -13,19 +13,46 @@ pub use crate::backend::check::linear_dims;
 /// cost no extra memory; each output is `Σ_k x·w` accumulated in K order (FMA on SIMD paths)
 /// plus the bias.
 pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    linear_prepared(x, w, b, None)
+}
+
+/// [`linear`] with `prepared`, the backend's own layout of `w` made once
+/// ([`Backend::prepare_weight`](crate::backend::Backend::prepare_weight)): the same result, bit
+/// for bit, without laying `w` out again. A layout of another shape than `w` is refused by the
+/// check step.
+///
+/// ```
+/// use aria_core::{ops, Device, Tensor};
+/// # fn main() -> aria_core::Result<()> {
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
+/// let w = Tensor::from_vec(vec![0.5f32, -1.0, 2.0, 0.25], &[2, 2])?;
+/// let p = Device::Cpu.backend().prepare_weight(&w)?;
+/// assert!(p.is_some(), "the CPU packs its panels");
+/// let a = ops::linear_prepared(&x, &w, None, p.as_ref())?.to_vec::<f32>()?;
+/// assert_eq!(a, ops::linear(&x, &w, None)?.to_vec::<f32>()?);
+/// # Ok(()) }
+/// ```
+pub fn linear_prepared(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    prepared: Option<&Prepared>,
+) -> Result<Tensor> {
     route!(
         "linear",
         [x, w, b],
         Op::Linear {
             x: x.clone(),
             w: w.clone(),
-            b: b.cloned()
+            b: b.cloned(),
+            prepared: prepared.cloned(),
         }
     )
 }
 
 /// The weight `w [N, K]` of a linear layer packed for the CPU matrix product of the current
-/// path (`None` for a tensor on a device backend, or not a rank-2 float tensor).
+/// path (`None` for a tensor on a device backend, or not a rank-2 float tensor): the CPU
+/// backend's [`Prepared`] layout.
 pub(crate) fn pack_weight(w: &Tensor) -> Result<Option<PackedB>> {
     let ws = w.shape();
     if !w.device().is_cpu() || ws.len() != 2 || require_float("linear", w).is_err() {
@@ -38,29 +65,6 @@ pub(crate) fn pack_weight(w: &Tensor) -> Result<Option<PackedB>> {
     Ok(Some(threads::install(|| {
         PackedB::new(isa, &BSrc::Nk(wd, k), n, k)
     })))
-}
-
-/// [`linear`] with the weight's panels packed in advance by [`pack_weight`] (used when they fit
-/// the product and the path; the result is bit-identical to [`linear`]'s).
-pub(crate) fn linear_with(
-    x: &Tensor,
-    w: &Tensor,
-    b: Option<&Tensor>,
-    panels: Option<&PackedB>,
-) -> Result<Tensor> {
-    match panels {
-        // The panels are the CPU backend's own layout of `w`: its body reads them directly.
-        Some(p) if crate::backend::device_of("linear", &[Some(x), Some(w), b])?.is_none() => {
-            let op = Op::Linear {
-                x: x.clone(),
-                w: w.clone(),
-                b: b.cloned(),
-            };
-            let spec = op.check()?;
-            crate::backend::check::held_to("cpu", "linear", linear_host(x, w, b, Some(p))?, &spec)
-        }
-        _ => linear(x, w, b),
-    }
 }
 
 /// The CPU body of [`linear`], reading `panels` when they fit the product and the path.

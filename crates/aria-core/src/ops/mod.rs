@@ -29,8 +29,8 @@ pub use fused::{
     split_heads,
 };
 pub use layout::unfold;
-pub use linear::{linear, linear_dims, matmul};
-pub(crate) use linear::{linear_with, pack_weight};
+pub(crate) use linear::pack_weight;
+pub use linear::{linear, linear_dims, linear_prepared, matmul};
 pub use norm::{dyt, layer_norm, rms_norm, RmsStyle};
 pub use packed::{linear_packed, linear_packed_shape};
 pub use pad::pad;

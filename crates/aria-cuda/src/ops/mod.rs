@@ -32,7 +32,7 @@ pub(crate) fn dims3(op: &'static str, t: &Tensor) -> Result<[usize; 3]> {
 /// Run one routed op.
 pub(crate) fn run(be: &CudaBackend, op: &Op) -> Result<Tensor> {
     match op {
-        Op::Linear { x, w, b } => be.linear(x, w, b.as_ref()),
+        Op::Linear { x, w, b, .. } => be.linear(x, w, b.as_ref()),
         Op::Matmul { a, b } => be.matmul(a, b),
         Op::Conv1d { x, w, b, padding } => be.conv1d(x, w, b.as_ref(), *padding),
         Op::Attention {

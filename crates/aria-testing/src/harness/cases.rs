@@ -100,6 +100,29 @@ fn products(c: &mut Vec<Case>) {
             |_, v| ops::linear(&v[0], &v[1], v.get(2)),
         ));
     }
+    // linear with the weight laid out once by the backend it runs on (`prepare_weight`; the
+    // CPU's packed panels, none on a backend that lays nothing out): the value of `w`.
+    for (i, &(xs, n)) in [
+        (&[1usize, 1][..], 1usize),
+        (&[3, 5][..], 7),
+        (&[2, 9, 129][..], 33),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let k = xs[xs.len() - 1];
+        let seed = 70 + 10 * i as u32;
+        c.push(Case::new(
+            "linear",
+            "prepared",
+            label(&[xs, &[n, k]]),
+            vec![t(xs, seed), t(&[n, k], seed + 1), t(&[n], seed + 2)],
+            |dev, v| {
+                let p = dev.backend().prepare_weight(&v[1])?;
+                ops::linear_prepared(&v[0], &v[1], Some(&v[2]), p.as_ref())
+            },
+        ));
+    }
     for (fmt, dt) in [("bf16", DType::BF16), ("f16", DType::F16)] {
         for (xs, n) in [(&[3usize, 5, 64][..], 48usize), (&[2, 7][..], 3)] {
             let k = xs[xs.len() - 1];

@@ -40,6 +40,13 @@ macro_rules! tol {
 /// The table.
 pub const TOLERANCES: &[Tol] = &[
     tol!("linear", "f32", 1e-5, SUM_ORDER),
+    tol!(
+        "linear",
+        "prepared",
+        1e-5,
+        "f32 weights laid out once by the backend (the CPU's packed panels): \
+        products summed in another order (tiles, FMA), as for f32"
+    ),
     tol!("linear", "bf16", 1e-3, HALF_WEIGHTS),
     tol!("linear", "f16", 1e-3, HALF_WEIGHTS),
     tol!(
