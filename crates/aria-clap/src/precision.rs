@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use aria_core::nn::{Bf16DotWeight, Linear, Weight, WeightFormat};
-use aria_core::Device;
 
 use crate::Result;
 
@@ -46,7 +45,12 @@ impl Precision {
     /// [`Precision::Fast`] resolved for the CPU; the others as they are.
     pub fn resolve(self) -> Precision {
         match self {
-            Precision::Fast if Device::Cpu.faster_than_f32(WeightFormat::Bf16Panels) => {
+            Precision::Fast
+                if aria_core::backend::faster_than_f32(
+                    &aria_core::Device::Cpu,
+                    WeightFormat::Bf16Panels,
+                ) =>
+            {
                 Precision::Bf16Dot
             }
             Precision::Fast => Precision::F32,

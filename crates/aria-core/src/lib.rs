@@ -1,11 +1,15 @@
 //! # aria-core
 //!
-//! The contract under every aria model: [`Tensor`] (shape, strides, f32/f16/bf16 plus raw
-//! integer dtypes, CPU storage that is owned or borrowed from a memory-mapped file), the ops
-//! models are written with ([`ops`]: the op set with its one check step), the [`Backend`]
-//! trait and the backend registry through which the CPU backend ([`backend::Cpu`], over the
-//! `aria-cpu` kernels, re-exported as [`cpu`]) and the device backends plug in, the layers
-//! ([`nn`]), and safetensors weight loading with a prefix-stack loader ([`WeightLoader`]).
+//! What every aria model is written with: the ops ([`ops`]: each builds an op of the set, runs
+//! its one check step and hands it to the backend its operands live on), the layers ([`nn`]),
+//! safetensors weight loading with a prefix-stack loader ([`WeightLoader`]), activation
+//! [`hooks`] and the noise of the reference ([`noise`], [`rng`]).
+//!
+//! The contract itself ([`Tensor`], the op set [`backend::Op`] and its check step, the
+//! [`Backend`] trait, the backend registry) is the `aria-tensor` crate, re-exported here. The
+//! backends are peers that implement it: the CPU backend ([`backend::Cpu`], the `aria-cpu`
+//! crate, re-exported as [`cpu`]), which runs every op whose operands are host tensors, and the
+//! device backends (`aria-wgpu`, `aria-cuda`), opened by name from the registry.
 //!
 //! ```
 //! use aria_core::{ops, Tensor};
@@ -23,8 +27,6 @@ pub mod backend;
 pub mod config;
 /// The CPU kernels (the `aria-cpu` crate), which the ops run on CPU tensors.
 pub use aria_cpu as cpu;
-mod dtype;
-mod error;
 pub mod hooks;
 pub mod hub;
 #[cfg(feature = "ndarray")]
@@ -34,16 +36,13 @@ pub mod nn;
 pub mod noise;
 pub mod ops;
 pub mod rng;
-pub mod storage;
-mod tensor;
+/// The thread pools the CPU backend runs in (`aria-cpu`'s).
+pub use aria_cpu::threads;
+/// Tensor storage: host memory (owned or memory-mapped) or a backend's own (`aria-tensor`'s).
+pub use aria_tensor::storage;
 
-pub use backend::{Backend, Device};
-pub use dtype::{DType, Elem};
-pub use error::{CoreError, Result, SafeTensorsErrorKind};
+pub use aria_tensor::{
+    bf16, contiguous_strides, f16, Backend, CoreError, DType, Device, Elem, Result,
+    SafeTensorsErrorKind, Storage, Tensor,
+};
 pub use loader::{save_safetensors, SafeTensorsFile, TensorInfo, WeightLoader};
-pub use storage::Storage;
-pub use tensor::{contiguous_strides, Tensor};
-
-pub use half::{bf16, f16};
-
-pub mod threads;

@@ -18,10 +18,10 @@ use std::sync::Arc;
 use memmap2::Mmap;
 use serde::Deserialize;
 
-pub use crate::error::SafeTensorsErrorKind;
+use crate::contiguous_strides;
 use crate::nn::{PackedSource, PackedWeight};
 use crate::storage::{release_range, Storage};
-use crate::tensor::contiguous_strides;
+pub use crate::SafeTensorsErrorKind;
 use crate::{CoreError, DType, Result, Tensor};
 
 /// Where a tensor lives inside a safetensors file.

@@ -7,6 +7,7 @@
 //! over the rayon pool the call runs on; every reduction stays inside one task, so the thread
 //! count never changes a bit.
 
+pub use aria_tensor::backend::check::AttnDims as Dims;
 use rayon::prelude::*;
 
 use crate::gemm::{small, BSrc, Packed, WData};
@@ -14,23 +15,6 @@ use crate::{rows, Isa};
 
 /// Query rows per task: keys and values are packed once per task.
 const QB: usize = 64;
-
-/// The sizes of one attention call: `q [b, h, nq, d]`, `k [b, h, nk, d]`, `v [b, h, nk, dv]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Dims {
-    /// Batch items.
-    pub b: usize,
-    /// Heads.
-    pub h: usize,
-    /// Queries.
-    pub nq: usize,
-    /// Keys.
-    pub nk: usize,
-    /// Query/key head dimension.
-    pub d: usize,
-    /// Value head dimension.
-    pub dv: usize,
-}
 
 /// How scores become probabilities.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -1,9 +1,13 @@
 //! # aria-cpu
 //!
-//! The CPU kernels of aria, on plain slices (no tensors, no allocation policy): `aria-core`'s
-//! ops run them on CPU tensors, and any other code can call them directly.
+//! The CPU backend of aria: [`Cpu`], an implementation of the op contract's `Backend` trait
+//! (`aria-tensor`) like the wgpu and CUDA backends, which `aria-core`'s ops hand every op whose
+//! operands are host tensors. [`host`] holds each op's CPU body (the operands' elements as
+//! slices into one kernel; [`host::run`] is the op set's CPU reference) and [`threads`] the
+//! pools they run in. Below them are the kernels, on plain slices (no tensors, no allocation
+//! policy), which any other code can call directly.
 //!
-//! Besides the per-ISA kernels, every op of the set has its CPU body here, as a function of
+//! Besides the per-ISA kernels, every op of the set has its kernel here, as a function of
 //! slices and sizes: [`attention`] (plain, masked, banded, differential; and on the AMX unit),
 //! [`fused`] (the DiT's and the samplers' fused row ops, SAME's head split), [`rowwise`]
 //! (element-wise, broadcast, softmax, embedding rows, RoPE, the norms), [`layout`] (unfold,
@@ -92,9 +96,11 @@ pub mod attention;
 pub mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub mod avx512;
+mod backend;
 pub mod bf16dot;
 pub mod fused;
 pub mod gemm;
+pub mod host;
 pub mod kernels;
 pub mod layout;
 #[cfg(target_arch = "aarch64")]
@@ -105,8 +111,11 @@ pub mod products;
 pub mod rowwise;
 pub mod scalar;
 pub mod simd;
+pub mod threads;
 pub mod torch_bf16;
 pub mod transpose;
+
+pub use backend::{run_checked_host, Cpu};
 
 /// An instruction-set path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

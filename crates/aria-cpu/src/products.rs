@@ -1,6 +1,7 @@
 //! Batched products on slices: the CPU bodies of `aria_core::ops::{matmul, conv1d}`, one batch
 //! item per task on the rayon pool the call runs on, each a [`gemm`] of the selected path.
 
+pub use aria_tensor::backend::check::ConvDims;
 use rayon::prelude::*;
 
 use crate::gemm::{gemm, BSrc};
@@ -17,26 +18,6 @@ pub fn matmul(a: &[f32], b: &[f32], [batch, m, k, n]: [usize; 4]) -> Vec<f32> {
         gemm(isa, m, n, k, &a[bi * m * k..(bi + 1) * m * k], k, &bsrc, o);
     });
     out
-}
-
-/// The sizes of [`conv1d`]: `x [b, cin, l]`, `w [cout, cin, k]`, `padding` zeros each side,
-/// `lo` output positions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConvDims {
-    /// Batch items.
-    pub b: usize,
-    /// Input channels.
-    pub cin: usize,
-    /// Input length.
-    pub l: usize,
-    /// Output channels.
-    pub cout: usize,
-    /// Kernel width.
-    pub k: usize,
-    /// Output length.
-    pub lo: usize,
-    /// Zeros on each side.
-    pub padding: usize,
 }
 
 /// 1-D convolution, stride 1, as a packed matrix product over the implicit im2col matrix (no

@@ -4,6 +4,7 @@
 //! fixed size), so results never depend on the thread count. Each function reads the selected
 //! ISA path ([`crate::current`]) once, when it starts.
 
+pub use aria_tensor::backend::check::broadcast_strides;
 use rayon::prelude::*;
 
 use crate::{rows, Isa};
@@ -44,30 +45,6 @@ pub fn glu(x: &[f32], d2: usize, gate: GateKernel) -> Vec<f32> {
         gate(isa, o, val, g);
     });
     out
-}
-
-/// The element strides of an operand of `shape` read at the positions of the broadcast `out`
-/// shape (0 along broadcast dimensions).
-pub fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
-    let r = out.len();
-    let mut cs = vec![1usize; shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        cs[i] = cs[i + 1] * shape[i + 1];
-    }
-    (0..r)
-        .map(|i| {
-            if i + shape.len() < r {
-                0
-            } else {
-                let j = i + shape.len() - r;
-                if shape[j] == 1 {
-                    0
-                } else {
-                    cs[j]
-                }
-            }
-        })
-        .collect()
 }
 
 /// `f(a, b)` element by element with NumPy broadcasting: `a` and `b` are contiguous with shapes

@@ -42,7 +42,7 @@ impl Counts {
     }
 }
 
-/// A device backend that runs every op of the set with the CPU kernels ([`Op::run_cpu`]) on
+/// A device backend that runs every op of the set with the CPU kernels ([`Cpu`](aria_core::backend::Cpu)'s `run`) on
 /// data it keeps behind [`Storage::Device`], counting uploads, downloads and op calls. Results
 /// are bit-identical to the CPU path by construction; what a test learns is whether the code
 /// under test stays on the device.
@@ -273,7 +273,7 @@ impl Backend for CountingBackend {
                 }
             }
         }
-        let out = op.run_cpu()?;
+        let out = aria_core::backend::Backend::run(&aria_core::backend::Cpu, op)?;
         self.wrap(&out)
     }
 

@@ -239,7 +239,7 @@ fn the_cpu_is_a_registered_backend_that_runs_every_case() {
     // Opened by name like the device backends, and the first of the registry.
     assert_eq!(registry::registered().first().map(|e| e.0), Some("cpu"));
     let dev = registry::open("cpu", &BackendOptions::default()).unwrap();
-    assert_eq!(dev.backend().name(), "cpu");
+    assert_eq!(aria_core::backend::of(&dev).name(), "cpu");
     let (rows, failures) = harness::run_all(&dev);
     println!("{}", harness::render("cpu", &rows));
     assert!(failures.is_empty(), "cpu:\n{}", failures.join("\n"));

@@ -494,13 +494,13 @@ fn other_formats_and_bad_shapes_are_refused_by_name() {
     let dev = Device::Backend(Arc::new(be));
     let w = rand_t(&[8, 256], 11);
     let p: Arc<dyn PackedWeight> = Arc::new(aria_core::nn::Bf16DotWeight::pack(&w).unwrap());
-    let e = dev.put_packed(&p).unwrap_err().to_string();
+    let e = aria_core::nn::put_packed(&dev, &p).unwrap_err().to_string();
     assert!(
         e.contains("bf16_panels") && e.contains("q8_0") && e.contains("q4_k"),
         "{e}"
     );
     let p: Arc<dyn PackedWeight> = Arc::new(packed(&w, Format::Q8_0, Compute::WeightOnly));
-    let on = dev.put_packed(&p).unwrap();
+    let on = aria_core::nn::put_packed(&dev, &p).unwrap();
     let e = on
         .linear(&dev.put(&rand_t(&[2, 128], 12)).unwrap(), None)
         .unwrap_err()

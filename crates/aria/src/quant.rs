@@ -119,7 +119,7 @@ impl WeightPrecision {
 
     /// The concrete mode for a run on `device`: [`WeightPrecision::Fast`] becomes `bf16-dot`
     /// where the device runs `bf16_panels` products faster than f32
-    /// ([`aria_core::Device::faster_than_f32`]; on the CPU: an AMX-BF16 tile unit, or AVX-512
+    /// ([`aria_core::backend::faster_than_f32`]; on the CPU: an AMX-BF16 tile unit, or AVX-512
     /// BF16 on AMD cores; measured on an AMX Xeon, 2 threads: DiT step 2.9×, `generate()` 2.8×
     /// the f32 speed, final latents 1e-3 of the seed-to-seed spread), else `f32`; every other
     /// precision is itself.
@@ -128,7 +128,10 @@ impl WeightPrecision {
         match self {
             WeightPrecision::Fast
                 if device == crate::pipeline::DeviceKind::Cpu
-                    && aria_core::Device::Cpu.faster_than_f32(WeightFormat::Bf16Panels) =>
+                    && aria_core::backend::faster_than_f32(
+                        &aria_core::Device::Cpu,
+                        WeightFormat::Bf16Panels,
+                    ) =>
             {
                 WeightPrecision::Bf16Dot
             }

@@ -249,8 +249,10 @@ fn bf16_dot_packs_every_linear_and_stays_under_the_seed_floor() {
 fn fast_names_the_mode_it_runs() {
     let Some(files) = files() else { return };
     let want = WeightPrecision::Fast.resolve(aria::pipeline::DeviceKind::Cpu);
-    let fast_is_bf16 =
-        aria_core::Device::Cpu.faster_than_f32(aria_core::nn::WeightFormat::Bf16Panels);
+    let fast_is_bf16 = aria_core::backend::faster_than_f32(
+        &aria_core::Device::Cpu,
+        aria_core::nn::WeightFormat::Bf16Panels,
+    );
     assert_eq!(
         want,
         if fast_is_bf16 {

@@ -274,14 +274,14 @@ impl Linear {
     }
 
     /// Move the weight and bias to `device`. A packed weight is uploaded in the layout the
-    /// backend packs for its format ([`Device::put_packed`]); a backend without a kernel for the
+    /// backend packs for its format ([`put_packed`](super::put_packed)); a backend without a kernel for the
     /// format is an error naming the layer, the format and the formats it has.
     pub fn to_device(&mut self, device: &Device) -> Result<()> {
         self.panels.set(None);
         match &self.weight {
             Weight::Dense(w) => self.weight = Weight::Dense(device.put(w)?),
             Weight::Packed(p) => {
-                let moved = device.put_packed(p).map_err(|e| {
+                let moved = super::put_packed(device, p).map_err(|e| {
                     shape_err(&self.name, format!("packed weight {}: {e}", p.format()))
                 })?;
                 self.weight = Weight::Packed(moved);
@@ -331,7 +331,7 @@ impl Linear {
                 let p = match self.panels.get() {
                     Some(p) => Some(p),
                     None => {
-                        let p = w.device().backend().prepare_weight(w)?;
+                        let p = crate::backend::of(&w.device()).prepare_weight(w)?;
                         self.panels.set(p.clone());
                         p
                     }

@@ -31,14 +31,14 @@
 //! # Ok(()) }
 //! ```
 
-mod bf16dot;
 mod conv;
 mod linear;
 mod weight;
 
-pub use bf16dot::Bf16DotWeight;
+pub use aria_cpu::host::Bf16DotWeight;
 pub use conv::Conv1d;
 pub use linear::{Bias, Linear};
 pub use weight::{
-    Adapter, DevicePacked, LowRank, PackedBlocks, PackedSource, PackedWeight, Weight, WeightFormat,
+    put_packed, Adapter, DevicePacked, LowRank, PackedBlocks, PackedSource, PackedWeight, Weight,
+    WeightFormat,
 };

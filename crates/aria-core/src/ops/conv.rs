@@ -1,7 +1,6 @@
-use super::{f32_data, route};
+use super::route;
 use crate::backend::Op;
-use crate::cpu::products;
-use crate::{threads, CoreError, Result, Tensor};
+use crate::{CoreError, Result, Tensor};
 
 /// 1-D convolution, stride 1: `x [B, Cin, L]`, `w [Cout, Cin, K]`, optional `b [Cout]`,
 /// `padding` zeros on each side → `[B, Cout, L + 2·padding − K + 1]`.
@@ -21,21 +20,6 @@ pub fn conv1d(x: &Tensor, w: &Tensor, b: Option<&Tensor>, padding: usize) -> Res
     )
 }
 
-/// The CPU body of [`conv1d`] (the CPU backend runs it on checked operands).
-pub(crate) fn conv1d_host(
-    x: &Tensor,
-    w: &Tensor,
-    b: Option<&Tensor>,
-    padding: usize,
-) -> Result<Tensor> {
-    let dims = crate::backend::check::conv1d_dims(x, w, b, padding)?;
-    let xd = f32_data(x)?;
-    let wd = f32_data(w)?;
-    let bd = b.map(f32_data).transpose()?;
-    let out = threads::install(|| products::conv1d(&xd, &wd, bd.as_deref(), dims));
-    Tensor::from_vec(out, &[dims.b, dims.cout, dims.lo])
-}
-
 /// Fold weight normalisation: `W = g · v / ‖v‖₂`, the norm over every dim but the first
 /// (`g [Cout, 1, 1]`, `v [Cout, ..]`), computed in f32.
 pub fn weight_norm(g: &Tensor, v: &Tensor) -> Result<Tensor> {
@@ -50,8 +34,8 @@ pub fn weight_norm(g: &Tensor, v: &Tensor) -> Result<Tensor> {
             &[g.shape(), vs],
         ));
     }
-    let gd = f32_data(g)?;
-    let mut vd = f32_data(v)?.into_owned();
+    let gd = g.to_vec_f32()?;
+    let mut vd = v.to_vec_f32()?;
     let per = v.elem_count() / cout.max(1);
     if per > 0 {
         for (o, row) in vd.chunks_mut(per).enumerate() {

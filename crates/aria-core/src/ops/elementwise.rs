@@ -1,23 +1,7 @@
-use super::{f32_data, route};
+use super::route;
 use crate::backend::{BinaryOp, Op, UnaryOp};
-use crate::cpu::{self, rows, rowwise};
-use crate::{threads, CoreError, DType, Result, Tensor};
-
-/// Apply `f` to every element (f32 result, same shape).
-pub fn map(x: &Tensor, f: impl Fn(f32) -> f32 + Sync) -> Result<Tensor> {
-    let mut v = f32_data(x)?.into_owned();
-    let f = &f;
-    threads::install(|| rowwise::map(&mut v, f));
-    Tensor::from_vec(v, x.shape())
-}
-
-/// Apply a row kernel to every chunk of a copy of `x` ([`aria_cpu::rowwise::map_rows`]).
-fn map_rows(x: &Tensor, f: impl Fn(cpu::Isa, &mut [f32]) + Sync) -> Result<Tensor> {
-    let mut v = f32_data(x)?.into_owned();
-    let f = &f;
-    threads::install(|| rowwise::map_rows(&mut v, f));
-    Tensor::from_vec(v, x.shape())
-}
+use crate::ops::GluAct;
+use crate::{Result, Tensor};
 
 /// `x · sigmoid(x)`.
 pub fn silu(x: &Tensor) -> Result<Tensor> {
@@ -29,11 +13,6 @@ pub fn silu(x: &Tensor) -> Result<Tensor> {
             f: UnaryOp::Silu
         }
     )
-}
-
-/// The CPU body of [`silu`] (the CPU backend runs it on checked operands).
-pub(crate) fn silu_host(x: &Tensor) -> Result<Tensor> {
-    map_rows(x, rows::silu)
 }
 
 /// `1 / (1 + e^-x)`.
@@ -48,11 +27,6 @@ pub fn sigmoid(x: &Tensor) -> Result<Tensor> {
     )
 }
 
-/// The CPU body of [`sigmoid`] (the CPU backend runs it on checked operands).
-pub(crate) fn sigmoid_host(x: &Tensor) -> Result<Tensor> {
-    map_rows(x, rows::sigmoid)
-}
-
 /// `tanh(x)`.
 pub fn tanh(x: &Tensor) -> Result<Tensor> {
     route!(
@@ -63,12 +37,6 @@ pub fn tanh(x: &Tensor) -> Result<Tensor> {
             f: UnaryOp::Tanh
         }
     )
-}
-
-/// The CPU body of [`tanh`] (the CPU backend runs it on checked operands).
-pub(crate) fn tanh_host(x: &Tensor) -> Result<Tensor> {
-    // `f32::tanh` on every path: the codec's soft clip is pinned to its bits.
-    map(x, f32::tanh)
 }
 
 /// `sin(π·x)` with π written as the reference does (3.14159265359, which rounds to the same f32
@@ -84,11 +52,6 @@ pub fn sin_pi(x: &Tensor) -> Result<Tensor> {
     )
 }
 
-/// The CPU body of [`sin_pi`] (the CPU backend runs it on checked operands).
-pub(crate) fn sin_pi_host(x: &Tensor) -> Result<Tensor> {
-    map_rows(x, rows::sin_pi)
-}
-
 /// Exact GELU `x·Φ(x)` (erf form).
 pub fn gelu(x: &Tensor) -> Result<Tensor> {
     route!(
@@ -99,11 +62,6 @@ pub fn gelu(x: &Tensor) -> Result<Tensor> {
             f: UnaryOp::Gelu
         }
     )
-}
-
-/// The CPU body of [`gelu`] (the CPU backend runs it on checked operands).
-pub(crate) fn gelu_host(x: &Tensor) -> Result<Tensor> {
-    map_rows(x, rows::gelu)
 }
 
 /// GELU, tanh approximation (`gelu_pytorch_tanh`).
@@ -118,19 +76,9 @@ pub fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
     )
 }
 
-/// The CPU body of [`gelu_tanh`] (the CPU backend runs it on checked operands).
-pub(crate) fn gelu_tanh_host(x: &Tensor) -> Result<Tensor> {
-    map_rows(x, rows::gelu_tanh)
-}
-
 /// `x · s`.
 pub fn mul_scalar(x: &Tensor, s: f32) -> Result<Tensor> {
     route!("mul_scalar", [x], Op::MulScalar { x: x.clone(), s })
-}
-
-/// The CPU body of [`mul_scalar`] (the CPU backend runs it on checked operands).
-pub(crate) fn mul_scalar_host(x: &Tensor, s: f32) -> Result<Tensor> {
-    map_rows(x, |isa, c| rows::scale(isa, c, s))
 }
 
 /// `x + s`.
@@ -138,77 +86,15 @@ pub fn add_scalar(x: &Tensor, s: f32) -> Result<Tensor> {
     route!("add_scalar", [x], Op::AddScalar { x: x.clone(), s })
 }
 
-/// The CPU body of [`add_scalar`] (the CPU backend runs it on checked operands).
-pub(crate) fn add_scalar_host(x: &Tensor, s: f32) -> Result<Tensor> {
-    // `v·1 + s` is `v + s` bit for bit.
-    map_rows(x, |isa, c| rows::affine(isa, c, 1.0, s))
-}
-
 /// `x · a + b`.
 pub fn affine(x: &Tensor, a: f32, b: f32) -> Result<Tensor> {
     route!("affine", [x], Op::Affine { x: x.clone(), a, b })
-}
-
-/// The CPU body of [`affine`] (the CPU backend runs it on checked operands).
-pub(crate) fn affine_host(x: &Tensor, a: f32, b: f32) -> Result<Tensor> {
-    map_rows(x, |isa, c| rows::affine(isa, c, a, b))
-}
-
-/// The gate activation of a gated linear unit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GluAct {
-    /// SwiGLU.
-    Silu,
-    /// GeGLU, exact GELU.
-    Gelu,
-    /// GeGLU, tanh GELU.
-    GeluTanh,
-    /// `sin(π·x)` gate (SAME-L sinusoidal blocks).
-    SinPi,
 }
 
 /// Gated linear unit over the last dimension `[.., 2F] → [.., F]`: first half is the value,
 /// second half the gate: `value ⊙ act(gate)`.
 pub fn glu(x: &Tensor, act: GluAct) -> Result<Tensor> {
     route!("glu", [x], Op::Glu { x: x.clone(), act })
-}
-
-/// The CPU body of [`glu`] (the CPU backend runs it on checked operands).
-pub(crate) fn glu_host(x: &Tensor, act: GluAct) -> Result<Tensor> {
-    // Checked: the last dimension exists and is even.
-    let s = x.shape();
-    let d2 = s.last().copied().unwrap_or(0);
-    let f = d2 / 2;
-    let xd = f32_data(x)?;
-    let gate: rowwise::GateKernel = match act {
-        GluAct::Silu => rows::swiglu,
-        GluAct::Gelu => rows::geglu,
-        GluAct::GeluTanh => rows::geglu_tanh,
-        GluAct::SinPi => rows::sin_pi_glu,
-    };
-    let out = threads::install(|| rowwise::glu(&xd, d2, gate));
-    let mut shape = s.to_vec();
-    if let Some(l) = shape.last_mut() {
-        *l = f;
-    }
-    Tensor::from_vec(out, &shape)
-}
-
-use crate::backend::check::broadcast_shape;
-
-/// Elementwise binary op with NumPy broadcasting (f32 result).
-pub fn binary_map(
-    op: &'static str,
-    a: &Tensor,
-    b: &Tensor,
-    f: impl Fn(f32, f32) -> f32 + Sync,
-) -> Result<Tensor> {
-    let shape = broadcast_shape(op, a.shape(), b.shape())?;
-    let ad = f32_data(a)?;
-    let bd = f32_data(b)?;
-    let f = &f;
-    let out = threads::install(|| rowwise::binary_map(&ad, a.shape(), &bd, b.shape(), &shape, f));
-    Tensor::from_vec(out, &shape)
 }
 
 /// `a + b` (broadcasting).
@@ -224,11 +110,6 @@ pub fn add(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     )
 }
 
-/// The CPU body of [`add`] (the CPU backend runs it on checked operands).
-pub(crate) fn add_host(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    binary_map("add", a, b, |x, y| x + y)
-}
-
 /// `a − b` (broadcasting).
 pub fn sub(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     route!(
@@ -240,11 +121,6 @@ pub fn sub(a: &Tensor, b: &Tensor) -> Result<Tensor> {
             f: BinaryOp::Sub
         }
     )
-}
-
-/// The CPU body of [`sub`] (the CPU backend runs it on checked operands).
-pub(crate) fn sub_host(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    binary_map("sub", a, b, |x, y| x - y)
 }
 
 /// `a ⊙ b` (broadcasting).
@@ -260,11 +136,6 @@ pub fn mul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     )
 }
 
-/// The CPU body of [`mul`] (the CPU backend runs it on checked operands).
-pub(crate) fn mul_host(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    binary_map("mul", a, b, |x, y| x * y)
-}
-
 /// `a / b` (broadcasting).
 pub fn div(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     route!(
@@ -278,22 +149,9 @@ pub fn div(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     )
 }
 
-/// The CPU body of [`div`] (the CPU backend runs it on checked operands).
-pub(crate) fn div_host(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    binary_map("div", a, b, |x, y| x / y)
-}
-
 /// Softmax over the last dimension (max-subtracted, f32).
 pub fn softmax_last(x: &Tensor) -> Result<Tensor> {
     route!("softmax", [x], Op::Softmax { x: x.clone() })
-}
-
-/// The CPU body of [`softmax_last`] (the CPU backend runs it on checked operands).
-pub(crate) fn softmax_last_host(x: &Tensor) -> Result<Tensor> {
-    let d = x.shape().last().copied().unwrap_or(0);
-    let mut v = f32_data(x)?.into_owned();
-    threads::install(|| rowwise::softmax_rows(&mut v, d));
-    Tensor::from_vec(v, x.shape())
 }
 
 /// Gather rows of `table [V, D]` (any float dtype, typically memory-mapped) for `ids` (an
@@ -307,27 +165,6 @@ pub fn embedding(ids: &Tensor, table: &Tensor) -> Result<Tensor> {
             table: table.clone()
         }
     )
-}
-
-/// The CPU body of [`embedding`] (the CPU backend runs it on checked operands).
-pub(crate) fn embedding_host(ids: &Tensor, table: &Tensor) -> Result<Tensor> {
-    let ts = table.shape();
-    let (vocab, d) = (ts[0], ts[1]);
-    let idv: Vec<i64> = match ids.dtype() {
-        DType::I64 => ids.to_vec::<i64>()?,
-        _ => ids.to_vec_f32()?.iter().map(|&x| x as i64).collect(),
-    };
-    if let Some(&id) = idv.iter().find(|&&id| id < 0 || id as usize >= vocab) {
-        return Err(CoreError::Invalid(format!(
-            "embedding: id {id} outside a vocabulary of {vocab}"
-        )));
-    }
-    let table = table.contiguous()?;
-    let td = crate::ops::wdata("embedding", &table)?;
-    let out = threads::install(|| rowwise::gather_rows(&td, &idv, d));
-    let mut shape = ids.shape().to_vec();
-    shape.push(d);
-    Tensor::from_vec(out, &shape)
 }
 
 /// RoPE tables for positions `0..n`: `cos, sin` of `[p·f ; p·f]` with `f = inv_freq`, each
@@ -363,17 +200,4 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
             sin: sin.clone()
         }
     )
-}
-
-/// The CPU body of [`rope`] (the CPU backend runs it on checked operands).
-pub(crate) fn rope_host(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
-    let s = x.shape();
-    let (n, d) = (s[s.len() - 2], s[s.len() - 1]);
-    let r = cos.shape()[1];
-    let c = f32_data(cos)?;
-    let sn = f32_data(sin)?;
-    let xc = x.contiguous()?;
-    let mut v = f32_data(&xc)?.into_owned();
-    threads::install(|| rowwise::rope_rows(&mut v, &c, &sn, n, d, r));
-    Tensor::from_vec(v, s)
 }

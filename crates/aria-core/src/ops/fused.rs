@@ -15,18 +15,9 @@
 //! On CPU tensors they run the slice kernels of [`aria_cpu::fused`], which say how each ISA
 //! path keeps the same bits.
 
-use super::{f32_data, route};
+use super::route;
 use crate::backend::Op;
-use crate::cpu::fused as kernel;
-use crate::{threads, CoreError, Result, Tensor};
-
-use crate::backend::check::dims3;
-
-/// A per-row validity mask `[B, N]` (checked) as booleans.
-fn mask_rows(m: Option<&Tensor>) -> Result<Option<Vec<bool>>> {
-    let Some(m) = m else { return Ok(None) };
-    Ok(Some(f32_data(m)?.iter().map(|&v| v != 0.0).collect()))
-}
+use crate::{Result, Tensor};
 
 /// RMSNorm over the last dimension of `x [B, N, E]` with gain `gamma [E]`, followed when given by
 /// the adaLN modulation of batch item `b`: `y·(1 + scale[b]) + shift[b]` (`scale`, `shift`
@@ -51,25 +42,6 @@ pub fn rms_norm_modulate(
     )
 }
 
-/// The CPU body of [`rms_norm_modulate`] (the CPU backend runs it on checked operands).
-pub(crate) fn rms_norm_modulate_host(
-    x: &Tensor,
-    gamma: &Tensor,
-    eps: f32,
-    scale_shift: Option<(&Tensor, &Tensor)>,
-) -> Result<Tensor> {
-    const OP: &str = "rms_norm_modulate";
-    let [_, n, e] = dims3(OP, "x", x)?;
-    let xd = f32_data(x)?;
-    let g = f32_data(gamma)?;
-    let ss = scale_shift
-        .map(|(sc, sh)| Ok::<_, CoreError>((f32_data(sc)?, f32_data(sh)?)))
-        .transpose()?;
-    let ss = ss.as_ref().map(|(a, b)| (&a[..], &b[..]));
-    let out = threads::install(|| kernel::rms_norm_modulate(&xd, n, e, &g, eps, ss));
-    Tensor::from_vec(out, x.shape())
-}
-
 /// The residual update `h + u ⊙ gate[b]` (or `h + u` without a gate) for `h [B, N, E]`.
 ///
 /// `u` is `[B, Nu, E]` with `Nu ≤ N` and is added to the **last** `Nu` tokens of each item (the
@@ -92,26 +64,6 @@ pub fn gated_residual_add(
             row_mask: row_mask.cloned(),
         }
     )
-}
-
-/// The CPU body of [`gated_residual_add`] (the CPU backend runs it on checked operands).
-pub(crate) fn gated_residual_add_host(
-    h: &Tensor,
-    u: &Tensor,
-    gate: Option<&Tensor>,
-    row_mask: Option<&Tensor>,
-) -> Result<Tensor> {
-    const OP: &str = "gated_residual_add";
-    let [_, n, e] = dims3(OP, "h", h)?;
-    let [_, nu, _] = dims3(OP, "u", u)?;
-    let g = gate.map(f32_data).transpose()?;
-    let mask = mask_rows(row_mask)?;
-    let mut out = f32_data(h)?.into_owned();
-    let ud = f32_data(u)?;
-    threads::install(|| {
-        kernel::gated_residual_add(&mut out, &ud, n, nu, e, g.as_deref(), mask.as_deref())
-    });
-    Tensor::from_vec(out, h.shape())
 }
 
 /// Split the `heads·head_dim` columns starting at `col` of a projection `x [B, N, W]` into
@@ -143,41 +95,6 @@ pub fn split_heads(
     )
 }
 
-/// The CPU body of [`split_heads`] (the CPU backend runs it on checked operands).
-pub(crate) fn split_heads_host(
-    x: &Tensor,
-    col: usize,
-    heads: usize,
-    head_dim: usize,
-    norm: Option<(&Tensor, f32)>,
-    rope: Option<(&Tensor, &Tensor)>,
-) -> Result<Tensor> {
-    const OP: &str = "split_heads";
-    let [b, n, w] = dims3(OP, "x", x)?;
-    let d = head_dim;
-    let gamma = match norm {
-        Some((g, eps)) => Some((f32_data(g)?, eps)),
-        None => None,
-    };
-    let tables = match rope {
-        Some((c, s)) => Some((f32_data(c)?, f32_data(s)?, c.shape()[1])),
-        None => None,
-    };
-    let src = f32_data(x)?;
-    let out = threads::install(|| {
-        kernel::split_heads(
-            &src,
-            [b, n, w],
-            col,
-            heads,
-            d,
-            gamma.as_ref().map(|(g, eps)| (&g[..], *eps)),
-            tables.as_ref().map(|(c, s, r)| (&c[..], &s[..], *r)),
-        )
-    });
-    Tensor::from_vec(out, &[b, heads, n, d])
-}
-
 /// Merge attention heads `x [B, H, N, D]` (any strides) into `[B, N, H·D]`; rows whose
 /// `row_mask [B, N]` entry is zero become zeros.
 pub fn merge_heads(x: &Tensor, row_mask: Option<&Tensor>) -> Result<Tensor> {
@@ -189,19 +106,6 @@ pub fn merge_heads(x: &Tensor, row_mask: Option<&Tensor>) -> Result<Tensor> {
             row_mask: row_mask.cloned(),
         }
     )
-}
-
-/// The CPU body of [`merge_heads`] (the CPU backend runs it on checked operands).
-pub(crate) fn merge_heads_host(x: &Tensor, row_mask: Option<&Tensor>) -> Result<Tensor> {
-    const OP: &str = "merge_heads";
-    let &[b, h, n, d] = x.shape() else {
-        return Err(CoreError::shape(OP, "x must be [B, H, N, D]", &[x.shape()]));
-    };
-    let mask = mask_rows(row_mask)?;
-    let xc = x.contiguous()?;
-    let a = f32_data(&xc)?;
-    let out = threads::install(|| kernel::merge_heads(&a, [b, h, n, d], mask.as_deref()));
-    Tensor::from_vec(out, &[b, n, h * d])
 }
 
 /// `a[i]·x + b[i]·y` for batch item `i` (the first dimension of `x` and `y`, which have one
@@ -217,15 +121,6 @@ pub fn axpby(a: &[f32], x: &Tensor, b: &[f32], y: &Tensor) -> Result<Tensor> {
             y: y.clone(),
         }
     )
-}
-
-/// The CPU body of [`axpby`] (the CPU backend runs it on checked operands).
-pub(crate) fn axpby_host(a: &[f32], x: &Tensor, b: &[f32], y: &Tensor) -> Result<Tensor> {
-    let items = x.shape().first().copied().unwrap_or(1);
-    let xd = f32_data(x)?;
-    let yd = f32_data(y)?;
-    let out = threads::install(|| kernel::axpby(a, &xd, b, &yd, items));
-    Tensor::from_vec(out, x.shape())
 }
 
 /// Classifier-free guidance with APG, per batch item `i` of `x`, `v_cond`, `v_uncond`
@@ -268,32 +163,6 @@ pub fn apg_guidance(
     )
 }
 
-/// The CPU body of [`apg_guidance`] (the CPU backend runs it on checked operands).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn apg_guidance_host(
-    x: &Tensor,
-    v_cond: &Tensor,
-    v_uncond: &Tensor,
-    sigma: &[f32],
-    mask: Option<&Tensor>,
-    cfg_scale: f32,
-    apg_scale: f32,
-    norm_threshold: f32,
-) -> Result<Tensor> {
-    const OP: &str = "apg_guidance";
-    let [b, c, t] = dims3(OP, "x", x)?;
-    let m = mask_rows(mask)?;
-    let (xd, vc, vu) = (f32_data(x)?, f32_data(v_cond)?, f32_data(v_uncond)?);
-    let g = kernel::Guidance {
-        cfg_scale,
-        apg_scale,
-        norm_threshold,
-    };
-    let out =
-        threads::install(|| kernel::apg_guidance(&xd, &vc, &vu, [b, c, t], sigma, m.as_deref(), g));
-    Tensor::from_vec(out, x.shape())
-}
-
 /// CFG rescale (the reference's `scale_phi`): the guided velocity `v [B, C, T]` pulled toward
 /// the channel spread of the conditional one, `φ·v·(std_c(v_cond)/std_c(v)) + (1 − φ)·v`, with
 /// unbiased standard deviations over the channels per item and position (computed in f64, the
@@ -308,14 +177,6 @@ pub fn cfg_rescale(v: &Tensor, v_cond: &Tensor, phi: f32) -> Result<Tensor> {
             phi,
         }
     )
-}
-
-/// The CPU body of [`cfg_rescale`] (the CPU backend runs it on checked operands).
-pub(crate) fn cfg_rescale_host(v: &Tensor, v_cond: &Tensor, phi: f32) -> Result<Tensor> {
-    let [nb, c, t] = dims3("cfg_rescale", "v", v)?;
-    let (vd, cd) = (f32_data(v)?, f32_data(v_cond)?);
-    let out = kernel::cfg_rescale(&vd, &cd, [nb, c, t], phi);
-    Tensor::from_vec(out, v.shape())
 }
 
 #[cfg(test)]
@@ -494,8 +355,8 @@ mod tests {
                 .to_vec_f32()
                 .unwrap()
         };
-        let one = threads::with_threads(1, run).unwrap();
-        let three = threads::with_threads(3, run).unwrap();
+        let one = crate::threads::with_threads(1, run).unwrap();
+        let three = crate::threads::with_threads(3, run).unwrap();
         assert_eq!(one, three);
     }
 }

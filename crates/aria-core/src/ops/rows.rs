@@ -67,46 +67,11 @@ impl DistinctRows {
 /// is nothing to share: every row distinct, `x` not f32 or of rank < 2, or `x` on a backend
 /// that does not look ([`Backend::distinct_rows`](crate::Backend::distinct_rows)).
 pub fn distinct_rows(x: &Tensor) -> Result<Option<DistinctRows>> {
-    x.device().backend().distinct_rows(x)
-}
-
-/// The CPU backend's [`distinct_rows`]: the rows are read and hashed bit for bit.
-pub(crate) fn distinct_rows_host(x: &Tensor) -> Result<Option<DistinctRows>> {
-    let s = x.shape();
-    if s.len() < 2 || x.dtype() != DType::F32 {
-        return Ok(None);
+    let lead = x.shape()[..x.rank().saturating_sub(1)].to_vec();
+    match crate::backend::of(&x.device()).distinct_rows(x)? {
+        Some((rows, index)) => DistinctRows::new(rows, index, lead).map(Some),
+        None => Ok(None),
     }
-    let d = s[s.len() - 1];
-    let n: usize = s[..s.len() - 1].iter().product();
-    if d == 0 || n < 2 {
-        return Ok(None);
-    }
-    let data = x.to_vec_f32()?;
-    let bits: Vec<u32> = data.iter().map(|v| v.to_bits()).collect();
-    let mut first: std::collections::HashMap<&[u32], i64> =
-        std::collections::HashMap::with_capacity(n);
-    let mut order: Vec<usize> = Vec::new();
-    let mut index = Vec::with_capacity(n);
-    for (r, row) in bits.chunks_exact(d).enumerate() {
-        let u = *first.entry(row).or_insert_with(|| {
-            order.push(r);
-            order.len() as i64 - 1
-        });
-        index.push(u);
-    }
-    if order.len() == n {
-        return Ok(None);
-    }
-    let mut rows = Vec::with_capacity(order.len() * d);
-    for &r in &order {
-        rows.extend_from_slice(&data[r * d..(r + 1) * d]);
-    }
-    DistinctRows::new(
-        Tensor::from_vec(rows, &[1, order.len(), d])?,
-        Tensor::from_vec(index, &[n])?,
-        s[..s.len() - 1].to_vec(),
-    )
-    .map(Some)
 }
 
 #[cfg(test)]

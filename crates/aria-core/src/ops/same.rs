@@ -2,10 +2,10 @@
 //! partial rotary embedding, rotary tables at absolute positions, and the per-row standard
 //! deviation of the SoftNorm bottleneck noise.
 
-use super::{f32_data, route};
+use super::route;
 use crate::backend::Op;
-use crate::cpu::fused::{self as kernel, DytNorm};
-use crate::{threads, Result, Tensor};
+use crate::ops::HeadNorm;
+use crate::{Result, Tensor};
 
 /// Rotary tables for positions `pos0 .. pos0 + n`: `[2, n, 2F]` (`cos` then `sin` of
 /// `[p·f ; p·f]`, `f = inv_freq [F]`, computed in f32 as the reference does). The angle of a
@@ -22,36 +22,6 @@ pub fn rope_table(inv_freq: &Tensor, pos0: usize, n: usize) -> Result<Tensor> {
             n
         }
     )
-}
-
-/// The CPU body of [`rope_table`] (the CPU backend runs it on checked operands).
-pub(crate) fn rope_table_host(inv_freq: &Tensor, pos0: usize, n: usize) -> Result<Tensor> {
-    let f = f32_data(inv_freq)?;
-    let r = 2 * f.len();
-    let mut out = vec![0f32; 2 * n * r];
-    let (c, s) = out.split_at_mut(n * r);
-    for t in 0..n {
-        let p = (pos0 + t) as f32;
-        for (i, fi) in f.iter().enumerate() {
-            let (sa, ca) = (p * fi).sin_cos();
-            c[t * r + i] = ca;
-            c[t * r + i + f.len()] = ca;
-            s[t * r + i] = sa;
-            s[t * r + i + f.len()] = sa;
-        }
-    }
-    Tensor::from_vec(out, &[2, n, r])
-}
-
-/// The dynamic-tanh norm of [`qkv_heads`]: `γ ⊙ tanh(α·x) + β` over the head dimension.
-#[derive(Debug, Clone, Copy)]
-pub struct HeadNorm<'a> {
-    /// α.
-    pub alpha: f32,
-    /// γ `[Dh]`.
-    pub gamma: &'a Tensor,
-    /// β `[Dh]`.
-    pub beta: &'a Tensor,
 }
 
 /// Projection `part` of a fused projection `x [B, N, parts·H·Dh]` (the `part`-th block of
@@ -88,72 +58,11 @@ pub fn qkv_heads(
     )
 }
 
-/// The CPU body of [`qkv_heads`] (the CPU backend runs it on checked operands).
-pub(crate) fn qkv_heads_host(
-    x: &Tensor,
-    parts: usize,
-    part: usize,
-    heads: usize,
-    norm: Option<HeadNorm<'_>>,
-    rope: Option<(&Tensor, &Tensor)>,
-) -> Result<Tensor> {
-    let (b, n, dh) = crate::backend::check::qkv_dims(x, parts, part, heads, rope.map(|r| r.0))?;
-    let nd = match norm {
-        Some(nm) => Some((nm.alpha, f32_data(nm.gamma)?, f32_data(nm.beta)?)),
-        None => None,
-    };
-    let rd = match rope {
-        Some((c, sn)) => Some((f32_data(c)?, f32_data(sn)?, c.shape()[1])),
-        None => None,
-    };
-    let xd = f32_data(x)?;
-    let out = threads::install(|| {
-        kernel::qkv_heads(
-            &xd,
-            [b, n, dh],
-            parts,
-            part,
-            heads,
-            nd.as_ref().map(|(alpha, gamma, beta)| DytNorm {
-                alpha: *alpha,
-                gamma,
-                beta,
-            }),
-            rd.as_ref().map(|(c, s, r)| (&c[..], &s[..], *r)),
-        )
-    });
-    Tensor::from_vec(out, &[b, heads, n, dh])
-}
-
 /// Unbiased standard deviation over the last dimension, `[.., L]` → `[.., 1]`: per row
 /// `sqrt(Σ(x − m)² / (L − 1))` with `m = Σx / L`, both sums sequential in f32 (a row of one
 /// element gives NaN, as the reference does).
 pub fn std_last(x: &Tensor) -> Result<Tensor> {
     route!("std_last", [x], Op::StdLast { x: x.clone() })
-}
-
-/// The CPU body of [`std_last`] (the CPU backend runs it on checked operands).
-pub(crate) fn std_last_host(x: &Tensor) -> Result<Tensor> {
-    let s = x.shape();
-    let l = s.last().copied().unwrap_or(0);
-    let mut shape = s.to_vec();
-    if let Some(last) = shape.last_mut() {
-        *last = 1;
-    }
-    let xd = f32_data(x)?;
-    let out: Vec<f32> = if l == 0 {
-        vec![f32::NAN; x.elem_count()]
-    } else {
-        xd.chunks(l)
-            .map(|row| {
-                let mean = row.iter().sum::<f32>() / l as f32;
-                let var =
-                    row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / (l as f32 - 1.0);
-                var.sqrt()
-            })
-            .collect()
-    };
-    Tensor::from_vec(out, &shape)
 }
 
 #[cfg(test)]

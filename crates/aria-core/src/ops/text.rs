@@ -1,20 +1,10 @@
 //! Ops of the text conditioning: Fourier features of scalar conditions and the replacement of
 //! masked sequence rows (padding embeddings, the unconditional context).
 
-use super::{f32_data, route};
+use super::route;
 use crate::backend::Op;
-use crate::{threads, Result, Tensor};
-
-/// The layout of [`fourier_features`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FourierLayout {
-    /// `[cos(a_0) … cos(a_{F−1}), sin(a_0) … sin(a_{F−1})]` (`ExpoFourierFeatures`, the DiT
-    /// timestep embedding): `2F` features.
-    CosSin,
-    /// `[v, sin(a_0) … sin(a_{F−1}), cos(a_0) … cos(a_{F−1})]` (`LearnedPositionalEmbedding`):
-    /// `2F + 1` features.
-    ValueSinCos,
-}
+use crate::ops::FourierLayout;
+use crate::{Result, Tensor};
 
 /// Fourier features of scalars: `values [N]` and `freqs [F]` → `[N, 2F]` (or `[N, 2F + 1]`,
 /// see [`FourierLayout`]) f32, with `a_k = ((v · f_k) · 2) · π` evaluated in f32 in that order
@@ -32,40 +22,6 @@ pub fn fourier_features(values: &Tensor, freqs: &Tensor, layout: FourierLayout) 
     )
 }
 
-/// The CPU body of [`fourier_features`] (the CPU backend runs it on checked operands).
-pub(crate) fn fourier_features_host(
-    values: &Tensor,
-    freqs: &Tensor,
-    layout: FourierLayout,
-) -> Result<Tensor> {
-    let v = f32_data(values)?;
-    let f = f32_data(freqs)?;
-    let half = f.len();
-    let (dim, off) = match layout {
-        FourierLayout::CosSin => (2 * half, 0),
-        FourierLayout::ValueSinCos => (2 * half + 1, 1),
-    };
-    let pi = std::f64::consts::PI as f32;
-    let mut out = vec![0f32; v.len() * dim];
-    if dim > 0 {
-        for (row, &x) in out.chunks_exact_mut(dim).zip(v.iter()) {
-            if off == 1 {
-                row[0] = x;
-            }
-            let (first, second) = row[off..].split_at_mut(half);
-            for ((p, q), &fk) in first.iter_mut().zip(second.iter_mut()).zip(f.iter()) {
-                let a = (((x * fk) * 2.0) * pi) as f64;
-                let (s, c) = (a.sin() as f32, a.cos() as f32);
-                match layout {
-                    FourierLayout::CosSin => (*p, *q) = (c, s),
-                    FourierLayout::ValueSinCos => (*p, *q) = (s, c),
-                }
-            }
-        }
-    }
-    Tensor::from_vec(out, &[v.len(), dim])
-}
-
 /// Rows of `x [.., L, D]` whose `mask [.., L]` entry is 0 replaced by `fill [D]` (or by zeros
 /// when `fill` is `None`); the other rows are copied unchanged (bit for bit). `mask` may have
 /// any dtype (non-zero = keep). An op of the set (`fill_masked_rows`).
@@ -79,22 +35,6 @@ pub fn fill_masked_rows(x: &Tensor, mask: &Tensor, fill: Option<&Tensor>) -> Res
             fill: fill.cloned()
         }
     )
-}
-
-/// The CPU body of [`fill_masked_rows`] (the CPU backend runs it on checked operands).
-pub(crate) fn fill_masked_rows_host(
-    x: &Tensor,
-    mask: &Tensor,
-    fill: Option<&Tensor>,
-) -> Result<Tensor> {
-    let s = x.shape();
-    let d = s.last().copied().unwrap_or(0);
-    let xc = x.contiguous()?;
-    let mut out = f32_data(&xc)?.into_owned();
-    let m = f32_data(mask)?;
-    let fv = fill.map(f32_data).transpose()?;
-    threads::install(|| crate::cpu::layout::fill_masked_rows(&mut out, d, &m, fv.as_deref()));
-    Tensor::from_vec(out, s)
 }
 
 #[cfg(test)]

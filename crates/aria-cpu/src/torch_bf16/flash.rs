@@ -115,7 +115,7 @@ pub fn flash_attention(
 }
 
 /// Keys of one block of PyTorch's CPU flash attention.
-pub const FLASH_KV_BLOCK: usize = 512;
+pub const FLASH_KV_BLOCK: usize = aria_tensor::backend::check::FLASH_KV_BLOCK;
 
 /// One (batch, head) of [`flash_attention`].
 struct Head<'a> {

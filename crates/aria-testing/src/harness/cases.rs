@@ -118,7 +118,7 @@ fn products(c: &mut Vec<Case>) {
             label(&[xs, &[n, k]]),
             vec![t(xs, seed), t(&[n, k], seed + 1), t(&[n], seed + 2)],
             |dev, v| {
-                let p = dev.backend().prepare_weight(&v[1])?;
+                let p = aria_core::backend::of(dev).prepare_weight(&v[1])?;
                 ops::linear_prepared(&v[0], &v[1], Some(&v[2]), p.as_ref())
             },
         ));
@@ -208,7 +208,7 @@ fn packed_products(c: &mut Vec<Case>) {
             "bf16_panels",
             format!("x [{m}, {k}] w [{n}, {k}]"),
             vec![t(&[m, k], 25), t(&[n], 26)],
-            move |dev, v| dev.put_packed(&pw)?.linear(&v[0], Some(&v[1])),
+            move |dev, v| aria_core::nn::put_packed(dev, &pw)?.linear(&v[0], Some(&v[1])),
         ));
     }
     for (name, format, compute, shapes) in sets {
@@ -221,7 +221,7 @@ fn packed_products(c: &mut Vec<Case>) {
                 name,
                 format!("x [{m}, {k}] w [{n}, {k}]"),
                 vec![t(&[m, k], 22), t(&[n], 23)],
-                move |dev, v| dev.put_packed(&pw)?.linear(&v[0], Some(&v[1])),
+                move |dev, v| aria_core::nn::put_packed(dev, &pw)?.linear(&v[0], Some(&v[1])),
             ));
         }
     }

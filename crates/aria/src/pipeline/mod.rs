@@ -77,13 +77,16 @@ pub enum DeviceKind {
 
 /// The text encoder's arithmetic when [`LoadOptions::text_precision`] is `None`:
 /// [`Precision::Bf16Dot`] where the device runs `bf16_panels` products faster than f32
-/// ([`Device::faster_than_f32`](aria_core::Device::faster_than_f32): on the CPU, an AMX-BF16
+/// ([`backend::faster_than_f32`](aria_core::backend::faster_than_f32): on the CPU, an AMX-BF16
 /// tile unit, or AVX-512 BF16 on AMD cores, twice the f32 rate on Zen 5), else
 /// [`Precision::F32`] (Intel cores without AMX run `vdpbf16ps` at half the f32 rate; elsewhere
 /// bf16 products would only be emulated); on a GPU, f32.
 pub fn default_text_precision(device: DeviceKind) -> Precision {
     if device == DeviceKind::Cpu
-        && aria_core::Device::Cpu.faster_than_f32(aria_core::nn::WeightFormat::Bf16Panels)
+        && aria_core::backend::faster_than_f32(
+            &aria_core::Device::Cpu,
+            aria_core::nn::WeightFormat::Bf16Panels,
+        )
     {
         Precision::Bf16Dot
     } else {

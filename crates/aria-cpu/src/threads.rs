@@ -11,22 +11,22 @@
 //! [`set_num_threads`] remains for programs that want one setting for everything.
 //!
 //! ```
-//! let pool = aria_core::threads::Pool::new(3)?;
-//! assert_eq!(pool.install(aria_core::threads::num_threads), 3);
-//! # Ok::<(), aria_core::CoreError>(())
+//! let pool = aria_cpu::threads::Pool::new(3)?;
+//! assert_eq!(pool.install(aria_cpu::threads::num_threads), 3);
+//! # Ok::<(), aria_tensor::CoreError>(())
 //! ```
 //!
 //! ```
-//! aria_core::threads::set_num_threads(2)?;
-//! assert_eq!(aria_core::threads::num_threads(), 2);
-//! aria_core::threads::set_num_threads(0)?; // back to the default pool
-//! # Ok::<(), aria_core::CoreError>(())
+//! aria_cpu::threads::set_num_threads(2)?;
+//! assert_eq!(aria_cpu::threads::num_threads(), 2);
+//! aria_cpu::threads::set_num_threads(0)?; // back to the default pool
+//! # Ok::<(), aria_tensor::CoreError>(())
 //! ```
 
 use std::cell::RefCell;
 use std::sync::{Arc, RwLock};
 
-use crate::{CoreError, Result};
+use aria_tensor::{CoreError, Result};
 
 static POOL: RwLock<Option<Arc<rayon::ThreadPool>>> = RwLock::new(None);
 
@@ -91,8 +91,8 @@ pub fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 /// ([`aria_cpu::with_isa`]): the CPU kernels read the selection when they start, and `f` may
 /// start on a pool worker.
 fn with_callers_isa<R>(f: impl FnOnce() -> R + Send) -> impl FnOnce() -> R + Send {
-    let isa = crate::cpu::current();
-    move || crate::cpu::with_isa(isa, f)
+    let isa = crate::current();
+    move || crate::with_isa(isa, f)
 }
 
 /// Run `f` on a pool of exactly `n` threads built for the call (tests and benchmarks comparing
@@ -155,14 +155,14 @@ impl Pool {
     /// calls use the innermost pool; the previous one comes back when `f` returns or unwinds.
     ///
     /// ```
-    /// let pool = aria_core::threads::Pool::new(2)?;
+    /// let pool = aria_cpu::threads::Pool::new(2)?;
     /// let rc = std::rc::Rc::new(()); // not Send
     /// let n = pool.enter(|| {
     ///     let _keep = &rc;
-    ///     aria_core::threads::num_threads()
+    ///     aria_cpu::threads::num_threads()
     /// });
     /// assert_eq!(n, 2);
-    /// # Ok::<(), aria_core::CoreError>(())
+    /// # Ok::<(), aria_tensor::CoreError>(())
     /// ```
     pub fn enter<R>(&self, f: impl FnOnce() -> R) -> R {
         struct Restore(Option<Arc<rayon::ThreadPool>>);
@@ -212,7 +212,8 @@ mod tests {
     /// it (the CPU bodies read it there when they start), whichever way the pool is reached.
     #[test]
     fn the_callers_isa_choice_reaches_the_worker() {
-        use crate::cpu::{self, Isa};
+        use crate as cpu;
+        use crate::Isa;
         let pool = Pool::new(2).unwrap();
         for isa in Isa::available() {
             cpu::with_isa(isa, || {

@@ -12,8 +12,8 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use aria_core::backend::registry::{self, BackendOptions};
-//! # fn main() -> aria_core::Result<()> {
+//! use aria_tensor::backend::registry::{self, BackendOptions};
+//! # fn main() -> aria_tensor::Result<()> {
 //! // The CPU backend is always registered (first), and opens like any other.
 //! assert_eq!(registry::registered()[0].0, "cpu");
 //! assert!(registry::open("cpu", &BackendOptions::default())?.is_cpu());
@@ -64,7 +64,7 @@ fn open_cpu(_: &BackendOptions) -> Result<Device> {
     Ok(Device::Cpu)
 }
 
-/// The registered backends in registration order; the CPU backend ([`super::Cpu`], whose
+/// The registered backends in registration order; the CPU backend (`aria_cpu::Cpu`, whose
 /// tensors are host memory) is registered from the start.
 static REGISTRY: LazyLock<RwLock<Vec<Entry>>> = LazyLock::new(|| {
     RwLock::new(vec![Entry {
@@ -105,7 +105,7 @@ pub fn registered() -> Vec<(&'static str, &'static str)> {
 }
 
 /// Open the backend registered as `name` (`cpu`: [`Device::Cpu`], host memory, whose ops run
-/// on [`Cpu`](super::Cpu)).
+/// on the CPU backend, `aria_cpu::Cpu`).
 ///
 /// Errors: [`CoreError::NoBackend`] naming the backend and listing the registered ones when
 /// nothing is registered under `name`; whatever the backend's opener returns otherwise (no

@@ -1,14 +1,16 @@
 //! [`Bf16DotWeight`]: a weight packed for products with bf16 inputs and f32 accumulation.
 
-use crate::cpu::bf16dot::{self, to_bf16, Bf16Panels};
-use crate::cpu::gemm::WData;
-use crate::ops::f32_data;
-use crate::{cpu, threads, CoreError, Device, Result, Tensor};
+use super::f32_data;
+use crate as cpu;
+use crate::bf16dot::{self, to_bf16, Bf16Panels};
+use crate::gemm::WData;
+use crate::threads;
+use aria_tensor::{CoreError, Device, Result, Tensor};
 
-use super::{PackedBlocks, PackedWeight, WeightFormat};
+use aria_tensor::format::{PackedBlocks, PackedWeight, WeightFormat};
 
 /// A weight matrix `[out, in]` in bf16 panels for the CPU product of
-/// [`aria_core::cpu::bf16dot`](crate::cpu::bf16dot): activations rounded to bf16, products of
+/// [`aria_core::cpu::bf16dot`](crate::bf16dot): activations rounded to bf16, products of
 /// bf16 pairs accumulated in f32 (`vdpbf16ps` on CPUs with AVX-512 BF16, twice the f32 FMA
 /// rate; the same bits from a scalar emulation elsewhere). bf16 weights are packed as they are;
 /// f32 and f16 weights are rounded to bf16 (to nearest even).
@@ -51,7 +53,7 @@ impl Bf16DotWeight {
         }
         let views = data
             .iter()
-            .map(|t| crate::ops::wdata("bf16-dot pack", t))
+            .map(|t| super::wdata("bf16-dot pack", t))
             .collect::<Result<Vec<_>>>()?;
         // Row `i` of the stack: part and row within it.
         let starts: Vec<usize> = shapes
@@ -73,7 +75,7 @@ impl Bf16DotWeight {
                 let (wd, i) = locate(row);
                 match wd {
                     WData::Bf16(s) => pair_words(&s[i * k..(i + 1) * k], out, |v| v.to_bits()),
-                    WData::Raw(crate::cpu::gemm::Float::Bf16, b) => {
+                    WData::Raw(crate::gemm::Float::Bf16, b) => {
                         let r = &b[i * k * 2..(i + 1) * k * 2];
                         let whole = r.chunks_exact(4);
                         let last = match *whole.remainder() {
@@ -164,7 +166,7 @@ impl PackedWeight for Bf16DotWeight {
     /// The CPU's choice of unit: the AMX tile unit where [`bf16dot::use_tiles`] holds (its own
     /// rounding inside each tile product), else `vdpbf16ps` on the AVX-512 path, else its scalar
     /// emulation (the same bits as `vdpbf16ps`, and as the op set's reference
-    /// [`ops::linear_packed`](crate::ops::linear_packed)).
+    /// `aria_core::ops::linear_packed`).
     fn linear(&self, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         let kernel = match cpu::current() {
             cpu::Isa::Avx512 if bf16dot::use_tiles() => bf16dot::Kernel::Amx,
@@ -262,8 +264,18 @@ impl Bf16DotWeight {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops;
-    use crate::DType;
+    use aria_tensor::DType;
+
+    /// The op set's f32 `linear` on the CPU backend: the reference.
+    fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+        use aria_tensor::backend::{Backend, Op};
+        crate::Cpu.run(Op::Linear {
+            x: x.clone(),
+            w: w.clone(),
+            b: b.cloned(),
+            prepared: None,
+        })
+    }
 
     fn t(n: usize, shape: &[usize], seed: usize) -> Tensor {
         let v: Vec<f32> = (0..n)
@@ -286,7 +298,7 @@ mod tests {
         let x = t(m * k, &[3, 3, k], 1);
         let w32 = t(n * k, &[n, k], 2);
         let b = t(n, &[n], 3);
-        let want = ops::linear(&x, &w32, Some(&b))
+        let want = linear(&x, &w32, Some(&b))
             .expect("f32")
             .to_vec_f32()
             .expect("v");

@@ -10,7 +10,7 @@ use crate::backend::Backend;
 use crate::{DType, Elem};
 
 /// Storage that lives on a device (wgpu, CUDA...). Implemented by device backends; model code
-/// never sees it: it only moves [`Tensor`](crate::Tensor)s through [`crate::ops`].
+/// never sees it: it only moves [`Tensor`](crate::Tensor)s through the op set.
 pub trait DeviceStorage: Send + Sync + std::fmt::Debug {
     /// The backend that owns the buffer and runs ops on it.
     fn backend(&self) -> Arc<dyn Backend>;
@@ -152,7 +152,7 @@ const RELEASE_PAGE: usize = 16 * 1024;
 /// Drop the resident pages of the whole pages inside `[start, end)` of `map`, which must be a
 /// read-only mapping of a file (not an anonymous one: its pages would read back as zeros).
 #[cfg(unix)]
-pub(crate) fn release_range(map: &Mmap, start: usize, end: usize) -> crate::Result<usize> {
+pub fn release_range(map: &Mmap, start: usize, end: usize) -> crate::Result<usize> {
     let base = map.as_ptr() as usize;
     // Only whole pages inside [start, end): neighbouring tensors keep theirs.
     let first = (base + start).div_ceil(RELEASE_PAGE) * RELEASE_PAGE - base;
@@ -171,6 +171,6 @@ pub(crate) fn release_range(map: &Mmap, start: usize, end: usize) -> crate::Resu
 }
 
 #[cfg(not(unix))]
-pub(crate) fn release_range(_map: &Mmap, _start: usize, _end: usize) -> crate::Result<usize> {
+pub fn release_range(_map: &Mmap, _start: usize, _end: usize) -> crate::Result<usize> {
     Ok(0)
 }

@@ -12,7 +12,8 @@
 //! that backend reports as [`CoreError::Backend`] or [`CoreError::Unsupported`].
 
 use crate::backend::{AttnSpec, Backend, Op};
-use crate::ops::{FourierLayout, KeyMaskMode};
+use crate::format::WeightFormat;
+use crate::options::{FourierLayout, KeyMaskMode};
 use crate::{CoreError, DType, Result, Tensor};
 
 /// What an op's result must be: its shape and dtype.
@@ -59,22 +60,8 @@ pub fn held_to(backend: &str, op: &'static str, out: Tensor, spec: &OutSpec) -> 
     Ok(out)
 }
 
-/// Check an op and run it on the backend its operands live on (the CPU backend,
-/// [`Cpu`](super::Cpu), when they are all host tensors), the result held to the spec.
-pub fn dispatch(mut op: Op) -> Result<Tensor> {
-    let spec = op.check()?;
-    let name = op.name();
-    let be = {
-        let ops: Vec<Option<&Tensor>> = op.operands_mut().into_iter().map(|t| Some(&*t)).collect();
-        super::device_of(name, &ops)?
-    };
-    match be {
-        Some(be) => run_checked(&*be, op, &spec),
-        None => super::run_checked_host(op, &spec),
-    }
-}
-
-pub(crate) fn require_float(op: &'static str, t: &Tensor) -> Result<()> {
+/// `Ok` when `t` holds floats (f32, f16 or bf16); otherwise a dtype error naming `op`.
+pub fn require_float(op: &'static str, t: &Tensor) -> Result<()> {
     if t.dtype().is_float() {
         Ok(())
     } else {
@@ -185,13 +172,50 @@ pub fn matmul_dims(a: &Tensor, b: &Tensor) -> Result<(usize, usize, usize, usize
     Ok((as_[..r - 2].iter().product(), m, k, n))
 }
 
-/// The sizes of a 1-D convolution, the padding included (the CPU body's own
-/// [`aria_cpu::products::ConvDims`]).
-pub use crate::cpu::products::ConvDims;
+/// The sizes of a 1-D convolution (`aria_core::ops::conv1d`), the padding included: `x [b,
+/// cin, l]`, `w [cout, cin, k]`, `padding` zeros each side, `lo` output positions (the CPU
+/// body's own, `aria_cpu::products::ConvDims`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvDims {
+    /// Batch items.
+    pub b: usize,
+    /// Input channels.
+    pub cin: usize,
+    /// Input length.
+    pub l: usize,
+    /// Output channels.
+    pub cout: usize,
+    /// Kernel width.
+    pub k: usize,
+    /// Output length.
+    pub lo: usize,
+    /// Zeros on each side.
+    pub padding: usize,
+}
 
 /// The element strides of an operand of `shape` read at the positions of the broadcast `out`
 /// shape (0 along broadcast dimensions), for backends that index broadcast operands.
-pub use crate::cpu::rowwise::broadcast_strides;
+pub fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
+    let r = out.len();
+    let mut cs = vec![1usize; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        cs[i] = cs[i + 1] * shape[i + 1];
+    }
+    (0..r)
+        .map(|i| {
+            if i + shape.len() < r {
+                0
+            } else {
+                let j = i + shape.len() - r;
+                if shape[j] == 1 {
+                    0
+                } else {
+                    cs[j]
+                }
+            }
+        })
+        .collect()
+}
 
 /// Check `x [B, Cin, L]`, `w [Cout, Cin, K]`, `b [Cout]` with `padding` zeros on each side.
 pub fn conv1d_dims(x: &Tensor, w: &Tensor, b: Option<&Tensor>, padding: usize) -> Result<ConvDims> {
@@ -233,8 +257,22 @@ pub fn conv1d_dims(x: &Tensor, w: &Tensor, b: Option<&Tensor>, padding: usize) -
 }
 
 /// The sizes of an attention call: `q [B, H, Nq, D]`, `k [B, H, Nk, D]`, `v [B, H, Nk, Dv]`
-/// (the CPU body's own [`aria_cpu::attention::Dims`]).
-pub use crate::cpu::attention::Dims as AttnDims;
+/// (the CPU body's own, `aria_cpu::attention::Dims`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttnDims {
+    /// Batch items.
+    pub b: usize,
+    /// Heads.
+    pub h: usize,
+    /// Queries.
+    pub nq: usize,
+    /// Keys.
+    pub nk: usize,
+    /// Query/key head dimension.
+    pub d: usize,
+    /// Value head dimension.
+    pub dv: usize,
+}
 
 /// Check `q`, `k`, `v`, the differential halves, the key mask and the window.
 pub fn attention_dims(
@@ -342,7 +380,7 @@ pub fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec
     Ok(out)
 }
 
-/// `(B, N, Dh)` of [`crate::ops::qkv_heads`]: `x [B, N, parts·H·Dh]` with `part < parts`.
+/// `(B, N, Dh)` of `qkv_heads` (`aria_core::ops::qkv_heads`): `x [B, N, parts·H·Dh]` with `part < parts`.
 pub fn qkv_dims(
     x: &Tensor,
     parts: usize,
@@ -426,7 +464,7 @@ fn check_torch_attention(q: &Tensor, k: &Tensor, v: &Tensor, opts: &AttnSpec) ->
     Ok(OutSpec::f32(s.to_vec()))
 }
 
-/// The rules of PyTorch's CPU flash attention as [`crate::ops::torch_bf16`] replays it: `q [B,
+/// The rules of PyTorch's CPU flash attention as `aria_core::ops::torch_bf16` replays it: `q [B,
 /// H, N, D]`, `k, v [B, H, M, D]`, the `M` keys within one block.
 pub fn flash_dims(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<()> {
     let (s, ks) = (q.shape(), k.shape());
@@ -438,7 +476,7 @@ pub fn flash_dims(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<()> {
         ));
     }
     let kn = ks[2];
-    let block = crate::ops::torch_bf16::FLASH_KV_BLOCK;
+    let block = FLASH_KV_BLOCK;
     if kn > block {
         return Err(CoreError::Invalid(format!(
             "torch_bf16::flash_attention: {kn} keys exceed one {block}-key block"
@@ -475,7 +513,7 @@ impl Op {
                 shape,
                 b,
                 ..
-            } => Ok(OutSpec::f32(crate::ops::linear_packed_shape(
+            } => Ok(OutSpec::f32(linear_packed_shape(
                 x,
                 *format,
                 *w8a8,
@@ -935,4 +973,55 @@ fn torch_binary_name(f: super::BinaryOp) -> &'static str {
         B::Mul => "torch_bf16::mul",
         B::Div => "torch_bf16::div",
     }
+}
+
+/// Keys one block of PyTorch's CPU flash attention holds: the longest key sequence the bf16
+/// replay (`torch_bf16_attention`) runs.
+pub const FLASH_KV_BLOCK: usize = 512;
+
+/// Check a `linear_packed` call (`aria_core::ops::linear_packed`) before any backend sees it: `x [.., cols]`, a weight
+/// `[rows, cols]` (each row a whole number of the format's blocks, the last one zero-padded),
+/// W8A8 only on `q8_0`, `b [rows]`. Returns the output shape `[.., rows]`.
+pub fn linear_packed_shape(
+    x: &Tensor,
+    format: WeightFormat,
+    w8a8: bool,
+    [rows, cols]: [usize; 2],
+    b: Option<&Tensor>,
+) -> Result<Vec<usize>> {
+    const OP: &str = "linear_packed";
+    let xs = x.shape();
+    if xs.last() != Some(&cols) {
+        return Err(CoreError::shape(
+            OP,
+            "x's last dimension must equal the weight's input width",
+            &[xs, &[rows, cols]],
+        ));
+    }
+    if x.dtype() != DType::F32 {
+        return Err(CoreError::DType {
+            op: OP,
+            dtype: x.dtype(),
+            reason: "activations must be f32".into(),
+        });
+    }
+    if w8a8 && format != WeightFormat::Q8_0 {
+        return Err(CoreError::Invalid(format!(
+            "{OP}: W8A8 needs q8_0 weights, not {format}"
+        )));
+    }
+    if let Some(b) = b {
+        if b.shape() != [rows] {
+            return Err(CoreError::shape(
+                OP,
+                "bias must be [rows]",
+                &[xs, &[rows, cols], b.shape()],
+            ));
+        }
+    }
+    let mut out = xs.to_vec();
+    if let Some(l) = out.last_mut() {
+        *l = rows;
+    }
+    Ok(out)
 }

@@ -2,40 +2,40 @@
 
 use std::sync::{Arc, OnceLock};
 
-use crate::backend::{Backend, Device, Op};
-use crate::nn::{PackedBlocks, WeightFormat};
-use crate::{CoreError, Result, Tensor};
+use aria_tensor::backend::{check, format_list, Backend, Device, Op, OutSpec, Prepared};
+use aria_tensor::format::{PackedBlocks, WeightFormat};
+use aria_tensor::{CoreError, Result, Tensor};
 
-/// The CPU backend: host tensors, run by `aria-cpu`'s bodies.
+/// The CPU backend: host tensors, run by this crate's kernels.
 ///
-/// [`Cpu`] implements [`Backend`] like the device backends do, and the registry opens it by the
-/// name `cpu` like any other entry. Every op on host tensors goes through it: the `ops`
-/// functions run the check step, find no device operand, and run the op on the CPU backend's
-/// body (what [`Cpu::run`](Backend::run) runs after its own check), whose result is held to the
-/// checked shape and dtype as a device backend's is. Its `run` is the CPU reference of the op set ([`Op::run_cpu`]): it takes the
-/// operands' elements as slices and calls one `aria-cpu` function (which chooses the ISA at run
-/// time: scalar, AVX2, AVX-512, AVX-512 BF16, AMX, NEON) inside the caller's thread pool.
+/// [`Cpu`] implements [`Backend`] like the device backends do (`aria-wgpu`, `aria-cuda`), and
+/// the registry opens it by the name `cpu` like any other entry. Every op on host tensors goes
+/// through it: `aria_core`'s `ops` functions run the check step, find no device operand, and
+/// run the op on the CPU backend's body ([`run_checked_host`]: what [`Cpu::run`](Backend::run)
+/// runs after its own check), whose result is held to the checked shape and dtype as a device
+/// backend's is. Its `run` is the CPU reference of the op set ([`crate::host::run`]): it takes
+/// the operands' elements as slices and calls one kernel of this crate (which chooses the ISA
+/// at run time: scalar, AVX2, AVX-512, AVX-512 BF16, AMX, NEON) inside the caller's thread
+/// pool ([`crate::threads`]).
 ///
 /// Host tensors are the CPU backend's storage ([`Device::Cpu`]), so "uploading" to it and
 /// "downloading" from it are clones.
 ///
 /// ```
-/// use aria_core::backend::{registry, Backend, Cpu};
-/// use aria_core::{ops, Tensor};
-/// # fn main() -> aria_core::Result<()> {
-/// let cpu = registry::open("cpu", &Default::default())?;
-/// assert_eq!(cpu.backend().name(), "cpu");
-/// let x = cpu.put(&Tensor::from_vec(vec![-1.0f32, 2.0], &[1, 2])?)?;
-/// // The same op, through `ops` or handed to the backend directly.
-/// let op = aria_core::backend::Op::AddScalar { x: x.clone(), s: 1.0 };
-/// assert_eq!(Cpu.run(op)?.to_vec::<f32>()?, ops::add_scalar(&x, 1.0)?.to_vec::<f32>()?);
+/// use aria_cpu::Cpu;
+/// use aria_tensor::backend::{registry, Backend, Op};
+/// use aria_tensor::Tensor;
+/// # fn main() -> aria_tensor::Result<()> {
+/// assert!(registry::open("cpu", &Default::default())?.is_cpu());
+/// let x = Tensor::from_vec(vec![-1.0f32, 2.0], &[1, 2])?;
+/// assert_eq!(Cpu.run(Op::AddScalar { x, s: 1.0 })?.to_vec::<f32>()?, [0.0, 3.0]);
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Cpu;
 
 impl Cpu {
-    /// The shared handle [`Device::backend`] gives for host tensors.
+    /// One shared handle (what `aria_core::backend::of` gives for host tensors).
     pub fn shared() -> Arc<dyn Backend> {
         static CPU: OnceLock<Arc<dyn Backend>> = OnceLock::new();
         CPU.get_or_init(|| Arc::new(Cpu)).clone()
@@ -69,8 +69,11 @@ impl Backend for Cpu {
         Ok(t.clone())
     }
 
+    /// The check step, then the op's body ([`crate::host::run`]): a malformed op handed to the
+    /// backend directly is refused by the check like one that came through `ops`.
     fn run(&self, op: Op) -> Result<Tensor> {
-        op.run_cpu()
+        op.check()?;
+        crate::host::run(&op)
     }
 
     /// The formats [`Op::LinearPacked`] runs on host blocks: `q8_0` (weight-only and W8A8) and
@@ -86,7 +89,7 @@ impl Backend for Cpu {
 
     /// `bf16_panels` where the AMX tile unit is granted or `vdpbf16ps` outruns f32 FMA.
     fn faster_than_f32(&self, format: WeightFormat) -> bool {
-        format == WeightFormat::Bf16Panels && crate::nn::Bf16DotWeight::faster_than_f32()
+        format == WeightFormat::Bf16Panels && crate::host::Bf16DotWeight::faster_than_f32()
     }
 
     /// The host blocks themselves, for the formats of [`Cpu::packed_formats`](Backend::packed_formats).
@@ -100,7 +103,7 @@ impl Backend for Cpu {
                 reason: format!(
                     "no reference kernel for packed {} weights in the op set (formats here: {})",
                     w.format,
-                    super::format_list(&self.packed_formats())
+                    format_list(&self.packed_formats())
                 ),
             });
         }
@@ -111,52 +114,53 @@ impl Backend for Cpu {
     /// The weight's panels packed for the CPU matrix product of the current path (an f32 copy
     /// as large as the weight in f32; `None` for a weight that is not a rank-2 float tensor).
     /// The product reads them while they fit the path it runs on, and `w` otherwise.
-    fn prepare_weight(&self, w: &Tensor) -> Result<Option<super::Prepared>> {
+    fn prepare_weight(&self, w: &Tensor) -> Result<Option<Prepared>> {
         host_only(w, "prepare_weight")?;
-        Ok(crate::ops::pack_weight(w)?.map(|p| {
+        Ok(crate::host::pack_weight(w)?.map(|p| {
             let shape = [w.shape()[0], w.shape()[1]];
-            super::Prepared::new("cpu", shape, p.nbytes(), p)
+            Prepared::new("cpu", shape, p.nbytes(), p)
         }))
     }
 
-    /// Equal rows, found by reading and hashing them ([`crate::ops::distinct_rows`]).
-    fn distinct_rows(&self, x: &Tensor) -> Result<Option<crate::ops::DistinctRows>> {
-        crate::ops::distinct_rows_host(x)
+    /// Equal rows, found by reading and hashing them bit for bit ([`crate::host::distinct_rows`]).
+    fn distinct_rows(&self, x: &Tensor) -> Result<Option<(Tensor, Tensor)>> {
+        crate::host::distinct_rows(x)
     }
 }
 
 /// Run an op whose check step has run (`spec` is its result) on the CPU backend's body, the
 /// result held to `spec`: what the `ops` functions do for host operands, so the check is not
 /// repeated. [`Cpu::run`](Backend::run) is the same body behind the check, for any caller.
-pub(crate) fn run_checked_host(op: Op, spec: &super::OutSpec) -> Result<Tensor> {
+pub fn run_checked_host(op: Op, spec: &OutSpec) -> Result<Tensor> {
     let name = op.name();
-    super::check::held_to("cpu", name, op.run_host()?, spec)
+    check::held_to("cpu", name, crate::host::run(&op)?, spec)
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::ops;
 
     #[test]
     fn host_ops_go_through_the_cpu_backend_and_are_held_to_the_spec() {
         let x = Tensor::from_vec(vec![1.0f32, -2.0, 3.0, 4.0], &[2, 2]).unwrap();
         let silu = || Op::Unary {
             x: x.clone(),
-            f: crate::backend::UnaryOp::Silu,
+            f: aria_tensor::backend::UnaryOp::Silu,
         };
         let bits = |t: Tensor| -> Vec<u32> {
             let v = t.to_vec::<f32>().unwrap();
             v.iter().map(|v| v.to_bits()).collect()
         };
-        let a = bits(ops::silu(&x).unwrap());
+        let spec = silu().check().unwrap();
+        let a = bits(run_checked_host(silu(), &spec).unwrap());
         let b = bits(Cpu.run(silu()).unwrap());
         assert_eq!(a, b);
         assert_eq!(a.len(), 4);
         // A result of another shape than the check step's is an error naming the backend.
         let spec = silu().check().unwrap();
         let wrong = Tensor::from_vec(vec![0.0f32; 4], &[4]).unwrap();
-        let e = crate::backend::check::held_to("cpu", "unary", wrong, &spec)
+        let e = check::held_to("cpu", "unary", wrong, &spec)
             .unwrap_err()
             .to_string();
         assert!(
@@ -183,7 +187,7 @@ mod tests {
 
     #[test]
     fn the_cpu_backend_is_the_host_device() {
-        assert_eq!(Device::Cpu.backend().name(), "cpu");
+        assert_eq!(Cpu::shared().name(), "cpu");
         let t = Tensor::from_vec(vec![1.0f32], &[1]).unwrap();
         assert_eq!(Cpu.upload(&t).unwrap().to_vec::<f32>().unwrap(), vec![1.0]);
         assert_eq!(Cpu.to_cpu(&t).unwrap().to_vec::<f32>().unwrap(), vec![1.0]);

@@ -439,12 +439,15 @@ impl Tensor {
         let spec = op.check()?;
         match self.device() {
             Device::Backend(b) => crate::backend::run_checked(&*b, op, &spec),
-            Device::Cpu => crate::backend::run_checked_host(op, &spec),
+            Device::Cpu => {
+                crate::backend::check::held_to("cpu", "to_dtype", self.to_dtype_host(dtype)?, &spec)
+            }
         }
     }
 
-    /// The CPU body of [`Tensor::to_dtype`].
-    pub(crate) fn to_dtype_host(&self, dtype: DType) -> Result<Tensor> {
+    /// The host conversion of [`Tensor::to_dtype`] (a host tensor's own elements, converted):
+    /// what the CPU backend runs for [`Op::ToDtype`].
+    pub fn to_dtype_host(&self, dtype: DType) -> Result<Tensor> {
         let v = self.to_vec_f32()?;
         match dtype {
             DType::F32 => Tensor::from_vec(v, &self.shape),
@@ -479,12 +482,15 @@ impl Tensor {
         let spec = op.check()?;
         match self.device() {
             Device::Backend(b) => crate::backend::run_checked(&*b, op, &spec),
-            Device::Cpu => crate::backend::run_checked_host(op, &spec),
+            Device::Cpu => {
+                crate::backend::check::held_to("cpu", "contiguous", self.contiguous_host()?, &spec)
+            }
         }
     }
 
-    /// The CPU body of [`Tensor::contiguous`].
-    pub(crate) fn contiguous_host(&self) -> Result<Tensor> {
+    /// The host copy of [`Tensor::contiguous`] (a host tensor's elements in row-major order):
+    /// what the CPU backend runs for [`Op::Contiguous`].
+    pub fn contiguous_host(&self) -> Result<Tensor> {
         match self.dtype {
             DType::F32 => Tensor::from_vec(self.to_vec::<f32>()?, &self.shape),
             DType::F16 => Tensor::from_vec(self.to_vec::<f16>()?, &self.shape),
@@ -618,12 +624,15 @@ impl Tensor {
         };
         match crate::backend::device_of("cat", &operands)? {
             Some(b) => crate::backend::run_checked(&*b, op, &spec),
-            None => crate::backend::run_checked_host(op, &spec),
+            None => {
+                crate::backend::check::held_to("cpu", "cat", Tensor::cat_host(tensors, dim)?, &spec)
+            }
         }
     }
 
-    /// The CPU body of [`Tensor::cat`] (operands checked).
-    pub(crate) fn cat_host(tensors: &[&Tensor], dim: usize) -> Result<Tensor> {
+    /// The host concatenation of [`Tensor::cat`] (host tensors' elements, copied in order):
+    /// what the CPU backend runs for [`Op::Cat`].
+    pub fn cat_host(tensors: &[&Tensor], dim: usize) -> Result<Tensor> {
         let spec = crate::backend::check::cat_spec(tensors, dim)?;
         let shape = spec.shape;
         let outer: usize = shape[..dim].iter().product();
