@@ -4,9 +4,9 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use aria_core::backend::{Backend, Device, Op};
-use aria_core::storage::{CpuData, DeviceStorage, Storage};
-use aria_core::{contiguous_strides, CoreError, DType, Result, Tensor};
+use aria_tensor::backend::{Backend, Device, Op};
+use aria_tensor::storage::{CpuData, DeviceStorage, Storage};
+use aria_tensor::{contiguous_strides, CoreError, DType, Result, Tensor};
 use cudarc::cublas::{result as blas, sys as blas_sys, CudaBlas};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
@@ -546,7 +546,7 @@ impl Backend for CudaBackend {
     fn record<'a>(
         &self,
         work: Box<dyn FnMut() -> Result<()> + Send + 'a>,
-    ) -> Result<Option<Box<dyn aria_core::backend::Recorded + 'a>>> {
+    ) -> Result<Option<Box<dyn aria_tensor::backend::Recorded + 'a>>> {
         self.record_graph(work)
     }
 
@@ -572,11 +572,11 @@ impl Backend for CudaBackend {
 
     /// `q8_0` (weight-only and W8A8) and `bf16_panels`, kept in the op set's block layout
     /// (`kernels/packed.cu`).
-    fn packed_formats(&self) -> Vec<(aria_core::nn::WeightFormat, bool)> {
+    fn packed_formats(&self) -> Vec<(aria_tensor::format::WeightFormat, bool)> {
         crate::ops::PACKED_FORMATS.to_vec()
     }
 
-    fn upload_packed(&self, w: &aria_core::nn::PackedBlocks) -> Result<Tensor> {
+    fn upload_packed(&self, w: &aria_tensor::format::PackedBlocks) -> Result<Tensor> {
         crate::ops::check_blocks(w)?;
         self.upload(&w.data)
     }

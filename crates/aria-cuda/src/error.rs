@@ -1,6 +1,6 @@
 //! The error type of the CUDA backend.
 
-use aria_core::CoreError;
+use aria_tensor::CoreError;
 
 /// What went wrong in the CUDA backend.
 #[derive(Debug, thiserror::Error)]

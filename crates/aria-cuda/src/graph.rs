@@ -1,5 +1,5 @@
 //! Recording device work as a CUDA graph, the CUDA side of the op contract's recordings
-//! ([`Backend::record`](aria_core::Backend::record), [`Backend::write_into`](aria_core::Backend::write_into)).
+//! ([`Backend::record`](aria_tensor::Backend::record), [`Backend::write_into`](aria_tensor::Backend::write_into)).
 //!
 //! A sampler step runs the same kernels on the same buffers at every step; what changes (the
 //! state, σ) is written into device buffers before each replay. The sampler of `aria-dit`
@@ -10,15 +10,15 @@
 //! synchronize, and it leaves its result in a buffer allocated before the capture; what it
 //! allocates (stream-ordered) is freed inside the graph.
 
-use aria_core::backend::Recorded;
-use aria_core::storage::DeviceStorage;
-use aria_core::{CoreError, Result, Tensor};
+use aria_tensor::backend::Recorded;
+use aria_tensor::storage::DeviceStorage;
+use aria_tensor::{CoreError, Result, Tensor};
 use cudarc::driver::{result as drv, sys, CudaGraph};
 
 use crate::backend::{be_err, CudaBackend};
 use crate::error::driver;
 
-/// A recording of [`Backend::record`](aria_core::Backend::record): one CUDA graph.
+/// A recording of [`Backend::record`](aria_tensor::Backend::record): one CUDA graph.
 struct GraphRecording {
     backend: CudaBackend,
     graph: CudaGraph,
@@ -40,7 +40,7 @@ impl Recorded for GraphRecording {
 }
 
 impl CudaBackend {
-    /// [`Backend::record`](aria_core::Backend::record): `work` runs once with the stream in
+    /// [`Backend::record`](aria_tensor::Backend::record): `work` runs once with the stream in
     /// capture mode (its kernels are recorded, not run) and becomes a graph.
     pub(crate) fn record_graph<'a>(
         &self,
@@ -63,7 +63,7 @@ impl CudaBackend {
         })))
     }
 
-    /// [`Backend::write_into`](aria_core::Backend::write_into): a device source by a copy
+    /// [`Backend::write_into`](aria_tensor::Backend::write_into): a device source by a copy
     /// kernel, a host source by a copy on the stream (after the queued work, which may still
     /// read the buffer, has finished).
     pub(crate) fn write_buffer(&self, dst: &Tensor, src: &Tensor) -> Result<()> {

@@ -1,8 +1,8 @@
 //! # aria-cuda
 //!
-//! The CUDA backend of `aria-core`: [`CudaBackend`] implements [`aria_core::Backend`] for the op
-//! set with kernels compiled at run time by NVRTC (sources under `kernels/`, cached by source
-//! hash, see [`kernels`]) and cuBLAS for the matrix products (f32, and fp16/bf16 tensor cores
+//! The CUDA backend of aria: [`CudaBackend`] implements the contract's
+//! [`Backend`](aria_tensor::Backend) for the op set with kernels compiled at run time by NVRTC
+//! (sources under `kernels/`, cached by source hash, see [`kernels`]) and cuBLAS for the matrix products (f32, and fp16/bf16 tensor cores
 //! with f32 accumulation). [`graph`] records the sampler's per-step DiT evaluation as a graph
 //! and replays it, reading the state and σ from device buffers.
 //!
@@ -39,7 +39,7 @@ pub mod kernels;
 
 pub use error::{CudaError, CudaResult};
 
-/// The backend's name, as in [`aria_core::CoreError::Unsupported`].
+/// The backend's name, as in [`CoreError::Unsupported`](aria_tensor::CoreError::Unsupported).
 pub const NAME: &str = "cuda";
 
 mod backend;
@@ -52,11 +52,11 @@ pub mod plan;
 pub use backend::{cuda_available, CudaBackend, CudaStorage};
 
 /// Register this backend as `cuda` in aria-core's
-/// [backend registry](aria_core::backend::registry): device 0, kernels cached under
-/// [`BackendOptions::cache_dir`](aria_core::backend::registry::BackendOptions::cache_dir) when
+/// [backend registry](aria_tensor::backend::registry): device 0, kernels cached under
+/// [`BackendOptions::cache_dir`](aria_tensor::backend::registry::BackendOptions::cache_dir) when
 /// given. Opening it fails with a clear error on a machine without a driver or a device.
 pub fn register() {
-    aria_core::backend::registry::register(
+    aria_tensor::backend::registry::register(
         NAME,
         "CUDA kernels compiled at run time (NVRTC) and cuBLAS, on NVIDIA GPUs from Ampere on",
         |opts| {

@@ -4,9 +4,9 @@
 //! every op routed to [`Route::Unsupported`] with [`CoreError::Unsupported`] naming the op and
 //! the backend before touching the device, and launches the entry points named here.
 
-use aria_core::backend::{Op, UnaryOp};
-use aria_core::nn::WeightFormat;
-use aria_core::CoreError;
+use aria_tensor::backend::{Op, UnaryOp};
+use aria_tensor::format::WeightFormat;
+use aria_tensor::CoreError;
 
 /// How an op runs on the CUDA backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,9 +127,9 @@ pub fn check(op: &Op) -> Result<Route, CoreError> {
 mod tests {
     use super::*;
     use crate::kernels::all_entries;
-    use aria_core::backend::BinaryOp;
-    use aria_core::ops::{GluAct, RmsStyle};
-    use aria_core::{DType, Tensor};
+    use aria_tensor::backend::BinaryOp;
+    use aria_tensor::options::{GluAct, RmsStyle};
+    use aria_tensor::{DType, Tensor};
 
     fn t(shape: &[usize]) -> Tensor {
         Tensor::zeros(shape, DType::F32)

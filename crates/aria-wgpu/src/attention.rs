@@ -4,10 +4,10 @@
 use super::launch::{shader, Bind, Shader, Uniforms};
 use super::linear::u32_of;
 use super::{be_err, WgpuBackend};
-use aria_core::backend::AttnSpec;
-use aria_core::ops::KeyMaskMode;
-use aria_core::storage::Storage;
-use aria_core::{CoreError, DType, Result, Tensor};
+use aria_tensor::backend::AttnSpec;
+use aria_tensor::options::KeyMaskMode;
+use aria_tensor::storage::Storage;
+use aria_tensor::{CoreError, DType, Result, Tensor};
 
 const ATTENTION: Shader = shader!("attention.wgsl", "math.wgsl");
 
@@ -40,14 +40,14 @@ impl WgpuBackend {
         opts: &AttnSpec,
     ) -> Result<Tensor> {
         const OP: &str = "attention";
-        let aria_core::backend::check::AttnDims {
+        let aria_tensor::backend::check::AttnDims {
             b,
             h,
             nq,
             nk,
             d,
             dv,
-        } = aria_core::backend::check::attention_dims(
+        } = aria_tensor::backend::check::attention_dims(
             q,
             k,
             v,

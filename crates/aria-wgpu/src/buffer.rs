@@ -11,9 +11,9 @@ use std::sync::{mpsc, Arc};
 use wgpu::util::DeviceExt;
 
 use super::{be_err, WgpuBackend, NAME};
-use aria_core::backend::Backend;
-use aria_core::storage::{CpuData, DeviceStorage, Storage};
-use aria_core::{contiguous_strides, CoreError, DType, Result, Tensor};
+use aria_tensor::backend::Backend;
+use aria_tensor::storage::{CpuData, DeviceStorage, Storage};
+use aria_tensor::{contiguous_strides, CoreError, DType, Result, Tensor};
 
 /// A tensor's elements on the device: one buffer, or several of whole rows when larger than
 /// the binding limit.

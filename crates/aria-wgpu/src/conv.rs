@@ -3,7 +3,7 @@
 use super::launch::{shader, Bind, Shader, Uniforms};
 use super::linear::{u32_of, weight_code};
 use super::WgpuBackend;
-use aria_core::{DType, Result, Tensor};
+use aria_tensor::{DType, Result, Tensor};
 
 const CONV1D: Shader = shader!("conv1d.wgsl", "weights.wgsl");
 
@@ -16,7 +16,7 @@ impl WgpuBackend {
         padding: usize,
     ) -> Result<Tensor> {
         const OP: &str = "conv1d";
-        let aria_core::backend::check::ConvDims {
+        let aria_tensor::backend::check::ConvDims {
             b: bn,
             cin,
             l,
@@ -24,7 +24,7 @@ impl WgpuBackend {
             k,
             lo,
             ..
-        } = aria_core::backend::check::conv1d_dims(x, w, b, padding)?;
+        } = aria_tensor::backend::check::conv1d_dims(x, w, b, padding)?;
         let wdt = weight_code(OP, w)?;
         let xt = self.operand_as_f32(x)?;
         let wt = self.operand(w)?;

@@ -5,8 +5,8 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Mutex;
 
 use super::{be_err, launch::PipelineKey};
-use aria_core::backend::registry::BackendOptions;
-use aria_core::Result;
+use aria_tensor::backend::registry::BackendOptions;
+use aria_tensor::Result;
 
 /// Workgroup sizes and tiles of the kernels.
 ///

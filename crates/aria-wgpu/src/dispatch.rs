@@ -1,8 +1,8 @@
 //! [`Op`] → kernel: the products and attention here, every other op on `pointwise`.
 
 use super::{pointwise, WgpuBackend};
-use aria_core::backend::{Backend, Op};
-use aria_core::Result;
+use aria_tensor::backend::{Backend, Op};
+use aria_tensor::Result;
 
 /// Run one routed op.
 pub(crate) fn run(be: &WgpuBackend, op: &Op) -> Result<Tensor> {
@@ -32,4 +32,4 @@ pub(crate) fn run(be: &WgpuBackend, op: &Op) -> Result<Tensor> {
     }
 }
 
-use aria_core::Tensor;
+use aria_tensor::Tensor;

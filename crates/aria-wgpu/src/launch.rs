@@ -36,7 +36,7 @@
 use std::sync::PoisonError;
 
 use super::{be_err, WgpuBackend};
-use aria_core::{Result, Tensor};
+use aria_tensor::{Result, Tensor};
 
 /// A WGSL source file.
 #[derive(Debug)]

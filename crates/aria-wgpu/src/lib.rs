@@ -2,10 +2,10 @@
 //!
 //! [`WgpuBackend`] implements [`Backend`] on any adapter wgpu finds (Vulkan, Metal, DX12, or a
 //! software Vulkan device such as lavapipe). Tensors move to it with [`Device::put`] and live in
-//! [`Storage::Device`](aria_core::storage::Storage::Device) buffers ([`WgpuStorage`]);
-//! [`aria_core::ops`] functions route to it when their input lives there, so model code is
+//! [`Storage::Device`](aria_tensor::storage::Storage::Device) buffers ([`WgpuStorage`]);
+//! `aria_core::ops` functions route to it when their input lives there, so model code is
 //! unchanged. Nothing is downloaded behind the caller's back: an op without a kernel is
-//! [`aria_core::CoreError::Unsupported`].
+//! [`CoreError::Unsupported`].
 //!
 //! # Layout of the backend
 //!
@@ -43,9 +43,9 @@
 
 use std::sync::Arc;
 
-use aria_core::backend::registry::{self, BackendOptions};
-use aria_core::backend::{Backend, Device, Op};
-use aria_core::{CoreError, Result, Tensor};
+use aria_tensor::backend::registry::{self, BackendOptions};
+use aria_tensor::backend::{Backend, Device, Op};
+use aria_tensor::{CoreError, Result, Tensor};
 
 mod attention;
 mod buffer;
@@ -65,7 +65,7 @@ pub(crate) use launch::{Bind, Shader, Uniforms};
 const NAME: &str = "wgpu";
 
 /// Register this backend as `wgpu` in aria-core's
-/// [backend registry](aria_core::backend::registry), so programs open it by name.
+/// [backend registry](aria_tensor::backend::registry), so programs open it by name.
 pub fn register() {
     registry::register(
         NAME,
@@ -191,11 +191,11 @@ impl Backend for WgpuBackend {
         dispatch::run(self, &op)
     }
 
-    fn packed_formats(&self) -> Vec<(aria_core::nn::WeightFormat, bool)> {
+    fn packed_formats(&self) -> Vec<(aria_tensor::format::WeightFormat, bool)> {
         self.packed_formats_impl()
     }
 
-    fn upload_packed(&self, w: &aria_core::nn::PackedBlocks) -> Result<Tensor> {
+    fn upload_packed(&self, w: &aria_tensor::format::PackedBlocks) -> Result<Tensor> {
         self.ctx
             .uploads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -2,7 +2,7 @@
 
 use super::launch::{shader, Bind, Shader, Uniforms};
 use super::{be_err, WgpuBackend};
-use aria_core::{CoreError, DType, Result, Tensor};
+use aria_tensor::{CoreError, DType, Result, Tensor};
 
 const LINEAR: Shader = shader!("linear.wgsl", "weights.wgsl");
 const MATMUL: Shader = Shader::new("matmul.wgsl", include_str!("matmul.wgsl"));
@@ -44,7 +44,7 @@ impl WgpuBackend {
 
     pub(crate) fn linear(&self, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
         const OP: &str = "linear";
-        let (m, k, n) = aria_core::ops::linear_dims(x, w, b)?;
+        let (m, k, n) = aria_tensor::backend::check::linear_dims(x, w, b)?;
         let wdt = weight_code(OP, w)?;
         let mut shape = x.shape().to_vec();
         if let Some(last) = shape.last_mut() {
@@ -113,7 +113,7 @@ impl WgpuBackend {
 
     pub(crate) fn matmul(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         const OP: &str = "matmul";
-        let (batch, m, k, n) = aria_core::backend::check::matmul_dims(a, b)?;
+        let (batch, m, k, n) = aria_tensor::backend::check::matmul_dims(a, b)?;
         let mut shape = a.shape().to_vec();
         if let Some(l) = shape.last_mut() {
             *l = n;

@@ -6,8 +6,8 @@
 use super::launch::{Bind, Shader, Uniforms};
 use super::linear::u32_of;
 use super::{be_err, WgpuBackend};
-use aria_core::nn::{PackedBlocks, WeightFormat};
-use aria_core::{CoreError, DType, Result, Tensor};
+use aria_tensor::format::{PackedBlocks, WeightFormat};
+use aria_tensor::{CoreError, DType, Result, Tensor};
 
 const LINEAR_Q8: Shader = Shader::new("linear_q8.wgsl", include_str!("linear_q8.wgsl"));
 const QUANTIZE: Shader = Shader::new("quantize_rows.wgsl", include_str!("quantize_rows.wgsl"));
@@ -48,7 +48,7 @@ impl WgpuBackend {
                 "no kernel for packed {}{} weights (formats here: {})",
                 w.format,
                 if w.w8a8 { " (W8A8)" } else { "" },
-                aria_core::backend::format_list(&self.packed_formats_impl())
+                aria_tensor::backend::format_list(&self.packed_formats_impl())
             )));
         };
         let (bb, be) = (w.format.block_bytes(), w.format.block_elems());
@@ -71,7 +71,7 @@ impl WgpuBackend {
         let mut out = vec![0u8; w.rows * nrb];
         for (blk, o) in src.chunks_exact(bb).zip(out.chunks_exact_mut(dbb)) {
             if w.format == WeightFormat::Q8_0 {
-                let d = aria_core::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+                let d = aria_tensor::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
                 o[..4].copy_from_slice(&d.to_le_bytes());
                 o[4..].copy_from_slice(&blk[2..]);
             } else {
@@ -94,7 +94,8 @@ impl WgpuBackend {
         b: Option<&Tensor>,
     ) -> Result<Tensor> {
         const OP: &str = "linear_packed";
-        let out_shape = aria_core::ops::linear_packed_shape(x, format, w8a8, [n, k], b)?;
+        let out_shape =
+            aria_tensor::backend::check::linear_packed_shape(x, format, w8a8, [n, k], b)?;
         let dbb = device_block_bytes(format).filter(|_| !w8a8 || format == WeightFormat::Q8_0);
         let row_bytes = k.div_ceil(format.block_elems()) * dbb.unwrap_or(0);
         if dbb.is_none() || w.shape() != [n, row_bytes] || w.dtype() != DType::U8 {

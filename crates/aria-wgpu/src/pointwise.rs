@@ -50,9 +50,9 @@ mod rows;
 
 use super::launch::shader;
 use super::{Bind, Shader, Uniforms, WgpuBackend};
-use aria_core::backend::Op;
-use aria_core::storage::Storage;
-use aria_core::{CoreError, DType, Result, Tensor};
+use aria_tensor::backend::Op;
+use aria_tensor::storage::Storage;
+use aria_tensor::{CoreError, DType, Result, Tensor};
 
 /// Run `op` if it is one of this module's; `None` hands it back (the dispatcher then reports
 /// it as unsupported).

@@ -4,7 +4,7 @@ use crate::threads;
 use aria_tensor::options::{AttnOpts, KeyMaskMode};
 use aria_tensor::{CoreError, Result, Tensor};
 
-/// The CPU body of `attention` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::attention`, on checked operands.
 pub fn attention_host(q: &Tensor, k: &Tensor, v: &Tensor, opts: &AttnOpts<'_>) -> Result<Tensor> {
     // The CPU takes the bf16 permission on the AMX tile unit only (elsewhere f32 is as fast).
     #[cfg(target_arch = "x86_64")]
@@ -14,7 +14,7 @@ pub fn attention_host(q: &Tensor, k: &Tensor, v: &Tensor, opts: &AttnOpts<'_>) -
     attention_impl(q, k, None, v, opts)
 }
 
-/// The CPU body of `attention_diff` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::attention_diff`, on checked operands.
 pub fn attention_diff_host(
     q: &Tensor,
     k: &Tensor,

@@ -3,7 +3,7 @@ use crate::products;
 use crate::threads;
 use aria_tensor::{Result, Tensor};
 
-/// The CPU body of `conv1d` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::conv1d`, on checked operands.
 pub fn conv1d_host(x: &Tensor, w: &Tensor, b: Option<&Tensor>, padding: usize) -> Result<Tensor> {
     let dims = aria_tensor::backend::check::conv1d_dims(x, w, b, padding)?;
     let xd = f32_data(x)?;

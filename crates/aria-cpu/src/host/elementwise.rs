@@ -14,54 +14,54 @@ fn map_rows(x: &Tensor, f: impl Fn(cpu::Isa, &mut [f32]) + Sync) -> Result<Tenso
     Tensor::from_vec(v, x.shape())
 }
 
-/// The CPU body of `silu` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::silu`, on checked operands.
 pub fn silu_host(x: &Tensor) -> Result<Tensor> {
     map_rows(x, rows::silu)
 }
 
-/// The CPU body of `sigmoid` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::sigmoid`, on checked operands.
 pub fn sigmoid_host(x: &Tensor) -> Result<Tensor> {
     map_rows(x, rows::sigmoid)
 }
 
-/// The CPU body of `tanh` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::tanh`, on checked operands.
 pub fn tanh_host(x: &Tensor) -> Result<Tensor> {
     // `f32::tanh` on every path: the codec's soft clip is pinned to its bits.
     map(x, f32::tanh)
 }
 
-/// The CPU body of `sin_pi` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::sin_pi`, on checked operands.
 pub fn sin_pi_host(x: &Tensor) -> Result<Tensor> {
     map_rows(x, rows::sin_pi)
 }
 
-/// The CPU body of `gelu` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::gelu`, on checked operands.
 pub fn gelu_host(x: &Tensor) -> Result<Tensor> {
     map_rows(x, rows::gelu)
 }
 
-/// The CPU body of `gelu_tanh` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::gelu_tanh`, on checked operands.
 pub fn gelu_tanh_host(x: &Tensor) -> Result<Tensor> {
     map_rows(x, rows::gelu_tanh)
 }
 
-/// The CPU body of `mul_scalar` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::mul_scalar`, on checked operands.
 pub fn mul_scalar_host(x: &Tensor, s: f32) -> Result<Tensor> {
     map_rows(x, |isa, c| rows::scale(isa, c, s))
 }
 
-/// The CPU body of `add_scalar` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::add_scalar`, on checked operands.
 pub fn add_scalar_host(x: &Tensor, s: f32) -> Result<Tensor> {
     // `v·1 + s` is `v + s` bit for bit.
     map_rows(x, |isa, c| rows::affine(isa, c, 1.0, s))
 }
 
-/// The CPU body of `affine` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::affine`, on checked operands.
 pub fn affine_host(x: &Tensor, a: f32, b: f32) -> Result<Tensor> {
     map_rows(x, |isa, c| rows::affine(isa, c, a, b))
 }
 
-/// The CPU body of `glu` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::glu`, on checked operands.
 pub fn glu_host(x: &Tensor, act: GluAct) -> Result<Tensor> {
     // Checked: the last dimension exists and is even.
     let s = x.shape();
@@ -82,27 +82,27 @@ pub fn glu_host(x: &Tensor, act: GluAct) -> Result<Tensor> {
     Tensor::from_vec(out, &shape)
 }
 
-/// The CPU body of `add` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::add`, on checked operands.
 pub fn add_host(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     binary_map("add", a, b, |x, y| x + y)
 }
 
-/// The CPU body of `sub` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::sub`, on checked operands.
 pub fn sub_host(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     binary_map("sub", a, b, |x, y| x - y)
 }
 
-/// The CPU body of `mul` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::mul`, on checked operands.
 pub fn mul_host(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     binary_map("mul", a, b, |x, y| x * y)
 }
 
-/// The CPU body of `div` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::div`, on checked operands.
 pub fn div_host(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     binary_map("div", a, b, |x, y| x / y)
 }
 
-/// The CPU body of `softmax_last` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::softmax_last`, on checked operands.
 pub fn softmax_last_host(x: &Tensor) -> Result<Tensor> {
     let d = x.shape().last().copied().unwrap_or(0);
     let mut v = f32_data(x)?.into_owned();
@@ -110,7 +110,7 @@ pub fn softmax_last_host(x: &Tensor) -> Result<Tensor> {
     Tensor::from_vec(v, x.shape())
 }
 
-/// The CPU body of `embedding` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::embedding`, on checked operands.
 pub fn embedding_host(ids: &Tensor, table: &Tensor) -> Result<Tensor> {
     let ts = table.shape();
     let (vocab, d) = (ts[0], ts[1]);
@@ -131,7 +131,7 @@ pub fn embedding_host(ids: &Tensor, table: &Tensor) -> Result<Tensor> {
     Tensor::from_vec(out, &shape)
 }
 
-/// The CPU body of `rope` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::rope`, on checked operands.
 pub fn rope_host(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     let s = x.shape();
     let (n, d) = (s[s.len() - 2], s[s.len() - 1]);

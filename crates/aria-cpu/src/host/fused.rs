@@ -10,7 +10,7 @@ fn mask_rows(m: Option<&Tensor>) -> Result<Option<Vec<bool>>> {
     Ok(Some(f32_data(m)?.iter().map(|&v| v != 0.0).collect()))
 }
 
-/// The CPU body of `rms_norm_modulate` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::rms_norm_modulate`, on checked operands.
 pub fn rms_norm_modulate_host(
     x: &Tensor,
     gamma: &Tensor,
@@ -29,7 +29,7 @@ pub fn rms_norm_modulate_host(
     Tensor::from_vec(out, x.shape())
 }
 
-/// The CPU body of `gated_residual_add` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::gated_residual_add`, on checked operands.
 pub fn gated_residual_add_host(
     h: &Tensor,
     u: &Tensor,
@@ -49,7 +49,7 @@ pub fn gated_residual_add_host(
     Tensor::from_vec(out, h.shape())
 }
 
-/// The CPU body of `split_heads` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::split_heads`, on checked operands.
 pub fn split_heads_host(
     x: &Tensor,
     col: usize,
@@ -84,7 +84,7 @@ pub fn split_heads_host(
     Tensor::from_vec(out, &[b, heads, n, d])
 }
 
-/// The CPU body of `merge_heads` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::merge_heads`, on checked operands.
 pub fn merge_heads_host(x: &Tensor, row_mask: Option<&Tensor>) -> Result<Tensor> {
     const OP: &str = "merge_heads";
     let &[b, h, n, d] = x.shape() else {
@@ -97,7 +97,7 @@ pub fn merge_heads_host(x: &Tensor, row_mask: Option<&Tensor>) -> Result<Tensor>
     Tensor::from_vec(out, &[b, n, h * d])
 }
 
-/// The CPU body of `axpby` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::axpby`, on checked operands.
 pub fn axpby_host(a: &[f32], x: &Tensor, b: &[f32], y: &Tensor) -> Result<Tensor> {
     let items = x.shape().first().copied().unwrap_or(1);
     let xd = f32_data(x)?;
@@ -106,7 +106,7 @@ pub fn axpby_host(a: &[f32], x: &Tensor, b: &[f32], y: &Tensor) -> Result<Tensor
     Tensor::from_vec(out, x.shape())
 }
 
-/// The CPU body of `apg_guidance` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::apg_guidance`, on checked operands.
 #[allow(clippy::too_many_arguments)]
 pub fn apg_guidance_host(
     x: &Tensor,
@@ -132,7 +132,7 @@ pub fn apg_guidance_host(
     Tensor::from_vec(out, x.shape())
 }
 
-/// The CPU body of `cfg_rescale` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::cfg_rescale`, on checked operands.
 pub fn cfg_rescale_host(v: &Tensor, v_cond: &Tensor, phi: f32) -> Result<Tensor> {
     let [nb, c, t] = dims3("cfg_rescale", "v", v)?;
     let (vd, cd) = (f32_data(v)?, f32_data(v_cond)?);

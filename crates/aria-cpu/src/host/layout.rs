@@ -2,7 +2,7 @@ use super::f32_data;
 use crate::threads;
 use aria_tensor::{Result, Tensor};
 
-/// The CPU body of `unfold` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::unfold`, on checked operands.
 pub fn unfold_host(x: &Tensor, k: usize) -> Result<Tensor> {
     // Checked: `x [B, L, C]`, `k` odd.
     let s = x.shape();

@@ -23,7 +23,8 @@ pub fn pack_weight(w: &Tensor) -> Result<Option<PackedB>> {
     })))
 }
 
-/// The CPU body of `linear` (`aria_core::ops`), reading `panels` when they fit the product and the path.
+/// The CPU body of `aria_core::ops::linear`, reading `panels` (the layout `Cpu` prepares) when
+/// they fit the product and the path.
 pub fn linear_host(
     x: &Tensor,
     w: &Tensor,
@@ -56,7 +57,7 @@ pub fn linear_host(
     Tensor::from_vec(out, &shape)
 }
 
-/// The CPU body of `matmul` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::matmul`, on checked operands.
 pub fn matmul_host(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let (batch, m, k, n) = aria_tensor::backend::check::matmul_dims(a, b)?;
     let ad = f32_data(a)?;

@@ -9,7 +9,7 @@ fn rows(x: &Tensor) -> usize {
     x.shape().last().copied().unwrap_or(0)
 }
 
-/// The CPU body of `rms_norm` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::rms_norm`, on checked operands.
 pub fn rms_norm_host(x: &Tensor, w: Option<&Tensor>, eps: f32, style: RmsStyle) -> Result<Tensor> {
     let d = rows(x);
     let xd = f32_data(x)?;
@@ -23,7 +23,7 @@ pub fn rms_norm_host(x: &Tensor, w: Option<&Tensor>, eps: f32, style: RmsStyle) 
     Tensor::from_vec(out, x.shape())
 }
 
-/// The CPU body of `layer_norm` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::layer_norm`, on checked operands.
 pub fn layer_norm_host(
     x: &Tensor,
     w: Option<&Tensor>,
@@ -38,7 +38,7 @@ pub fn layer_norm_host(
     Tensor::from_vec(out, x.shape())
 }
 
-/// The CPU body of `dyt` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::dyt`, on checked operands.
 pub fn dyt_host(x: &Tensor, alpha: f32, gamma: &Tensor, beta: &Tensor) -> Result<Tensor> {
     let d = rows(x);
     let g = f32_data(gamma)?;

@@ -3,7 +3,7 @@ use aria_tensor::backend::check::linear_packed_shape;
 use aria_tensor::format::WeightFormat;
 use aria_tensor::{CoreError, DType, Result, Tensor};
 
-/// The CPU body of `linear_packed` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::linear_packed`, on checked operands.
 pub fn linear_packed_host(
     x: &Tensor,
     w: &Tensor,

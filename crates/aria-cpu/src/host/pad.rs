@@ -1,7 +1,7 @@
 use super::f32_data;
 use aria_tensor::{DType, Result, Tensor};
 
-/// The CPU body of `pad` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::pad`, on checked operands.
 pub fn pad_host(x: &Tensor, dim: usize, before: usize, after: usize) -> Result<Tensor> {
     // Checked: `dim < rank`.
     let s = x.shape();

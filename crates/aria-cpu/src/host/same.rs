@@ -4,7 +4,7 @@ use crate::threads;
 use aria_tensor::options::HeadNorm;
 use aria_tensor::{Result, Tensor};
 
-/// The CPU body of `rope_table` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::rope_table`, on checked operands.
 pub fn rope_table_host(inv_freq: &Tensor, pos0: usize, n: usize) -> Result<Tensor> {
     let f = f32_data(inv_freq)?;
     let r = 2 * f.len();
@@ -23,7 +23,7 @@ pub fn rope_table_host(inv_freq: &Tensor, pos0: usize, n: usize) -> Result<Tenso
     Tensor::from_vec(out, &[2, n, r])
 }
 
-/// The CPU body of `qkv_heads` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::qkv_heads`, on checked operands.
 pub fn qkv_heads_host(
     x: &Tensor,
     parts: usize,
@@ -61,7 +61,7 @@ pub fn qkv_heads_host(
     Tensor::from_vec(out, &[b, heads, n, dh])
 }
 
-/// The CPU body of `std_last` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::std_last`, on checked operands.
 pub fn std_last_host(x: &Tensor) -> Result<Tensor> {
     let s = x.shape();
     let l = s.last().copied().unwrap_or(0);

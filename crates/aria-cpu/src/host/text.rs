@@ -3,7 +3,7 @@ use crate::threads;
 use aria_tensor::options::FourierLayout;
 use aria_tensor::{Result, Tensor};
 
-/// The CPU body of `fourier_features` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::fourier_features`, on checked operands.
 pub fn fourier_features_host(
     values: &Tensor,
     freqs: &Tensor,
@@ -37,7 +37,7 @@ pub fn fourier_features_host(
     Tensor::from_vec(out, &[v.len(), dim])
 }
 
-/// The CPU body of `fill_masked_rows` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::fill_masked_rows`, on checked operands.
 pub fn fill_masked_rows_host(x: &Tensor, mask: &Tensor, fill: Option<&Tensor>) -> Result<Tensor> {
     let s = x.shape();
     let d = s.last().copied().unwrap_or(0);

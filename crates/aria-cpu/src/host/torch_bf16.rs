@@ -10,7 +10,7 @@ use aria_tensor::options::AttnOpts;
 use aria_tensor::{Result, Tensor};
 use k::round;
 
-/// The CPU body of `linear` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::torch_bf16::linear`, on checked operands.
 pub fn linear_host(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     let (m, kd, n) = linear_dims(x, w, bias)?;
     let (x, w) = (x.contiguous()?, w.contiguous()?);
@@ -27,7 +27,7 @@ pub fn linear_host(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tens
     Tensor::from_vec(out, &shape)
 }
 
-/// The CPU body of `attention` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::torch_bf16::attention`, on checked operands.
 pub fn attention_host(q: &Tensor, k: &Tensor, v: &Tensor, opts: &AttnOpts<'_>) -> Result<Tensor> {
     // Checked: no soft-cap, the shapes, a key mask [B, Nk] applied by exclusion.
     let nk = k.dim(2)?;
@@ -43,12 +43,12 @@ pub fn attention_host(q: &Tensor, k: &Tensor, v: &Tensor, opts: &AttnOpts<'_>) -
     })
 }
 
-/// The CPU body of `round_tensor` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::torch_bf16::round_tensor`, on checked operands.
 pub fn round_tensor_host(x: &Tensor) -> Result<Tensor> {
     map(x, round)
 }
 
-/// The CPU body of `binary` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::torch_bf16::binary`, on checked operands.
 pub fn binary_host(a: &Tensor, b: &Tensor, f: BinaryOp) -> Result<Tensor> {
     match f {
         BinaryOp::Add => binary_map("torch_bf16::add", a, b, |x, y| round(x + y)),
@@ -62,7 +62,7 @@ pub fn binary_host(a: &Tensor, b: &Tensor, f: BinaryOp) -> Result<Tensor> {
     }
 }
 
-/// The CPU body of `rms_norm` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::torch_bf16::rms_norm`, on checked operands.
 pub fn rms_norm_host(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
     let d = x.shape().last().copied().unwrap_or(0);
     let w1p: Vec<f32> = f32_data(w)?.iter().map(|w| 1.0 + w).collect();
@@ -72,12 +72,12 @@ pub fn rms_norm_host(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
     Tensor::from_vec(out, x.shape())
 }
 
-/// The CPU body of `gelu_tanh` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::torch_bf16::gelu_tanh`, on checked operands.
 pub fn gelu_tanh_host(x: &Tensor) -> Result<Tensor> {
     map(x, k::gelu_tanh)
 }
 
-/// The CPU body of `rope` (`aria_core::ops`) (the CPU backend runs it on checked operands).
+/// The CPU body of `aria_core::ops::torch_bf16::rope`, on checked operands.
 pub fn rope_host(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     let s = x.shape();
     let (n, d) = (s[s.len() - 2], s[s.len() - 1]);

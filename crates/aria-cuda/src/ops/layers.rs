@@ -1,8 +1,8 @@
 //! The layers' ops: products, attention, elementwise and row kernels, layout copies.
 
-use aria_core::backend::{BinaryOp, Op};
-use aria_core::ops::{self as cpu, GluAct, KeyMaskMode};
-use aria_core::{contiguous_strides, CoreError, DType, Result, Tensor};
+use aria_tensor::backend::{BinaryOp, Op};
+use aria_tensor::options::{AttnOpts, GluAct, KeyMaskMode};
+use aria_tensor::{contiguous_strides, CoreError, DType, Result, Tensor};
 
 use super::last_dim;
 use super::shapes::{attention_args, broadcast_strides, table_width};
@@ -10,7 +10,7 @@ use crate::backend::{CudaBackend, KArg};
 use crate::gemm::{Gemm, GemmType};
 use crate::launch::{self, AttnArgs, Strides6};
 use crate::plan;
-use aria_core::backend::check;
+use aria_tensor::backend::check;
 
 impl CudaBackend {
     pub(crate) fn opt(&self, t: Option<&Tensor>) -> Result<(Option<Tensor>, u64)> {
@@ -42,7 +42,7 @@ impl CudaBackend {
     }
 
     pub(crate) fn linear(&self, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
-        let (m, k, n) = cpu::linear_dims(x, w, b)?;
+        let (m, k, n) = aria_tensor::backend::check::linear_dims(x, w, b)?;
         let mut shape = x.shape().to_vec();
         if let Some(l) = shape.last_mut() {
             *l = n;
@@ -227,13 +227,13 @@ impl CudaBackend {
 
     /// Chunked attention: query `i` sees only the keys of its chunk of `chunk` positions (the
     /// kernel's chunk mode; the op contract has no chunk option yet, so it is called directly).
-    /// Shapes and options as [`aria_core::ops::attention`].
+    /// Shapes and options as `aria_core::ops::attention`.
     pub fn attention_chunked(
         &self,
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
-        opts: &cpu::AttnOpts<'_>,
+        opts: &AttnOpts<'_>,
         chunk: usize,
     ) -> Result<Tensor> {
         if chunk == 0 {

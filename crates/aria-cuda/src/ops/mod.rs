@@ -7,9 +7,9 @@ mod packed;
 mod sampler;
 mod shapes;
 
-use aria_core::backend::Op;
-use aria_core::ops::{self as cpu, RmsStyle};
-use aria_core::{Backend, CoreError, DType, Result, Tensor};
+use aria_tensor::backend::Op;
+use aria_tensor::options::{self as cpu, RmsStyle};
+use aria_tensor::{Backend, CoreError, DType, Result, Tensor};
 
 use crate::backend::{CudaBackend, KArg};
 use crate::launch;
@@ -26,7 +26,7 @@ pub(crate) fn last_dim(op: &'static str, x: &Tensor) -> Result<usize> {
 }
 
 pub(crate) fn dims3(op: &'static str, t: &Tensor) -> Result<[usize; 3]> {
-    aria_core::backend::check::dims3(op, "x", t)
+    aria_tensor::backend::check::dims3(op, "x", t)
 }
 
 /// Run one routed op.
@@ -397,7 +397,7 @@ pub(crate) fn run(be: &CudaBackend, op: &Op) -> Result<Tensor> {
             rope,
         } => {
             let (parts, part, heads) = (*parts, *part, *heads);
-            let (b, n, dh) = aria_core::backend::check::qkv_dims(
+            let (b, n, dh) = aria_tensor::backend::check::qkv_dims(
                 x,
                 parts,
                 part,

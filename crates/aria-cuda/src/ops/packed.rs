@@ -2,8 +2,8 @@
 //! (`kernels/packed.cu`, `kernels/guidance.cu`). The blocks are uploaded in the op set's layout
 //! unchanged (`U8 [rows, row_bytes]`), so the kernels read what the CPU reference reads.
 
-use aria_core::nn::{PackedBlocks, WeightFormat};
-use aria_core::{CoreError, DType, Result, Tensor};
+use aria_tensor::format::{PackedBlocks, WeightFormat};
+use aria_tensor::{CoreError, DType, Result, Tensor};
 
 use crate::backend::{be_err, CudaBackend, KArg};
 use crate::launch;
@@ -26,7 +26,7 @@ pub(crate) fn check_blocks(w: &PackedBlocks) -> Result<()> {
             "no kernel for packed {}{} weights (formats here: {})",
             w.format,
             if w.w8a8 { " (W8A8)" } else { "" },
-            aria_core::backend::format_list(&PACKED_FORMATS)
+            aria_tensor::backend::format_list(&PACKED_FORMATS)
         )));
     }
     let want = [w.rows, w.format.row_bytes(w.cols)];
@@ -52,7 +52,8 @@ impl CudaBackend {
         b: Option<&Tensor>,
     ) -> Result<Tensor> {
         const OP: &str = "linear_packed";
-        let out_shape = aria_core::ops::linear_packed_shape(x, format, w8a8, shape, b)?;
+        let out_shape =
+            aria_tensor::backend::check::linear_packed_shape(x, format, w8a8, shape, b)?;
         let [rows, cols] = shape;
         let want = [rows, format.row_bytes(cols)];
         if w.dtype() != DType::U8 || w.shape() != want {

@@ -1,6 +1,6 @@
 //! Sampler ops whose scalars live in device memory (the forms a captured step uses).
 
-use aria_core::{CoreError, DType, Result, Tensor};
+use aria_tensor::{CoreError, DType, Result, Tensor};
 
 use super::dims3;
 use crate::backend::{CudaBackend, KArg};
@@ -32,7 +32,7 @@ fn count(op: &'static str, what: &str, t: &Tensor, n: usize) -> Result<()> {
 }
 
 impl CudaBackend {
-    /// [`aria_core::ops::apg_guidance`] with `sigma [B]` read from device memory (the form a
+    /// `aria_core::ops::apg_guidance` with `sigma [B]` read from device memory (the form a
     /// captured sampler step uses). `scales` is `[cfg_scale, apg_scale, norm_threshold]`.
     pub fn apg_guidance_device(
         &self,

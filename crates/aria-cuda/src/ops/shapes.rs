@@ -1,9 +1,9 @@
 //! Launch arguments from checked shapes. The shape rules themselves are the op set's
-//! ([`aria_core::backend::check`]); nothing here re-states them.
+//! ([`aria_tensor::backend::check`]); nothing here re-states them.
 
-use aria_core::backend::check::{attention_dims, AttnDims};
-use aria_core::ops::KeyMaskMode;
-use aria_core::{CoreError, Result, Tensor};
+use aria_tensor::backend::check::{attention_dims, AttnDims};
+use aria_tensor::options::KeyMaskMode;
+use aria_tensor::{CoreError, Result, Tensor};
 
 use crate::launch::AttnArgs;
 
@@ -67,12 +67,12 @@ pub(crate) fn table_width(cos: &Tensor) -> usize {
 
 /// Contiguous strides of `shape` read as `out` (0 on broadcast dimensions): the check step's
 /// helper, shared with the CPU body.
-pub use aria_core::backend::check::broadcast_strides;
+pub use aria_tensor::backend::check::broadcast_strides;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use aria_core::DType;
+    use aria_tensor::DType;
 
     fn t(shape: &[usize]) -> Tensor {
         Tensor::zeros(shape, DType::F32)

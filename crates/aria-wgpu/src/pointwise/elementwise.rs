@@ -6,9 +6,9 @@ use super::{
     Grid, ELEMENTWISE, TEXT,
 };
 use crate::{be_err, Bind, Uniforms, WgpuBackend};
-use aria_core::backend::{BinaryOp, UnaryOp};
-use aria_core::ops::{FourierLayout, GluAct};
-use aria_core::{DType, Result, Tensor};
+use aria_tensor::backend::{BinaryOp, UnaryOp};
+use aria_tensor::options::{FourierLayout, GluAct};
+use aria_tensor::{DType, Result, Tensor};
 
 /// Activation codes of `elementwise.wgsl::act`.
 fn unary_code(f: UnaryOp) -> Result<u32> {
@@ -83,7 +83,8 @@ fn view_strides(t: &Tensor, out: &[usize]) -> Vec<usize> {
 /// An f32 operand read in place with its own strides when it is an f32 view on the device,
 /// converted contiguous otherwise.
 fn strided_f32(be: &WgpuBackend, t: &Tensor) -> Result<Tensor> {
-    if t.dtype() == DType::F32 && matches!(&**t.storage(), aria_core::storage::Storage::Device(_)) {
+    if t.dtype() == DType::F32 && matches!(&**t.storage(), aria_tensor::storage::Storage::Device(_))
+    {
         be.storage_of(t)?;
         Ok(t.clone())
     } else {
@@ -92,7 +93,7 @@ fn strided_f32(be: &WgpuBackend, t: &Tensor) -> Result<Tensor> {
 }
 
 pub(super) fn binary(be: &WgpuBackend, a: &Tensor, b: &Tensor, f: BinaryOp) -> Result<Tensor> {
-    let shape = aria_core::backend::check::broadcast_shape("binary", a.shape(), b.shape())?;
+    let shape = aria_tensor::backend::check::broadcast_shape("binary", a.shape(), b.shape())?;
     let code = match f {
         BinaryOp::Add => 0,
         BinaryOp::Sub => 1,

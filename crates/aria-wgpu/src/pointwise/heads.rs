@@ -3,7 +3,7 @@
 
 use super::{f32_in, f32_opt, f32_view2, go, Grid, FUSED, GUIDANCE, ROPE};
 use crate::{Bind, Uniforms, WgpuBackend};
-use aria_core::{CoreError, DType, Result, Tensor};
+use aria_tensor::{CoreError, DType, Result, Tensor};
 
 /// The rotated width `R` of checked rope tables `[≥ N, R]`.
 fn table_width(cos: &Tensor) -> usize {
@@ -12,7 +12,7 @@ fn table_width(cos: &Tensor) -> usize {
 
 /// `[a, b, c]` of a checked 3-D tensor.
 fn dims3(op: &'static str, t: &Tensor) -> Result<[usize; 3]> {
-    aria_core::backend::check::dims3(op, "x", t)
+    aria_tensor::backend::check::dims3(op, "x", t)
 }
 
 pub(super) fn rope(be: &WgpuBackend, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
@@ -228,7 +228,7 @@ pub(super) fn qkv_heads(
     rope: Option<&(Tensor, Tensor)>,
 ) -> Result<Tensor> {
     let (b, n, dh) =
-        aria_core::backend::check::qkv_dims(x, parts, part, heads, rope.map(|r| &r.0))?;
+        aria_tensor::backend::check::qkv_dims(x, parts, part, heads, rope.map(|r| &r.0))?;
     let r = rope.map_or(0, |(c, _)| table_width(c));
     let out = be.alloc(&[b, heads, n, dh], DType::F32)?;
     let total = out.elem_count();

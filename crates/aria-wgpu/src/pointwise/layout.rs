@@ -4,8 +4,8 @@
 
 use super::{f32_in, go, go_binds, out_parts, parts, u32_of, view_span, Grid, LAYOUT};
 use crate::{be_err, Bind, Uniforms, WgpuBackend};
-use aria_core::storage::Storage;
-use aria_core::{CoreError, DType, Result, Tensor};
+use aria_tensor::storage::Storage;
+use aria_tensor::{CoreError, DType, Result, Tensor};
 
 /// The dtype codes of `layout.wgsl`.
 fn code(d: DType) -> u32 {
@@ -146,7 +146,7 @@ pub(super) fn to_dtype(be: &WgpuBackend, x: &Tensor, dtype: DType) -> Result<Ten
 
 pub(super) fn cat(be: &WgpuBackend, xs: &[Tensor], dim: usize) -> Result<Tensor> {
     let refs: Vec<&Tensor> = xs.iter().collect();
-    let spec = aria_core::backend::check::cat_spec(&refs, dim)?;
+    let spec = aria_tensor::backend::check::cat_spec(&refs, dim)?;
     let out = be.alloc(&spec.shape, spec.dtype)?;
     let mut at = 0;
     for t in xs {

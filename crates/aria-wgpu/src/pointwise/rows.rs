@@ -3,8 +3,8 @@
 
 use super::{f32_in, f32_opt, f32_view2, go, go_binds, last_dim, per_chunk, with_last, Grid, NORM};
 use crate::{Bind, Uniforms, WgpuBackend};
-use aria_core::ops::RmsStyle;
-use aria_core::{DType, Result, Tensor};
+use aria_tensor::options::RmsStyle;
+use aria_tensor::{DType, Result, Tensor};
 
 /// Rows of `d` in `x` (0 when `d` is 0: nothing to do).
 fn row_count(x: &Tensor, d: usize) -> usize {
@@ -131,7 +131,7 @@ pub(super) fn rms_norm_modulate(
     scale_shift: Option<&(Tensor, Tensor)>,
 ) -> Result<Tensor> {
     const OP: &str = "rms_norm_modulate";
-    let [b, n, e] = aria_core::backend::check::dims3(OP, "x", x)?;
+    let [b, n, e] = aria_tensor::backend::check::dims3(OP, "x", x)?;
     let out = be.alloc(x.shape(), DType::F32)?;
     let rows = b * n;
     if rows == 0 || e == 0 {
