@@ -29,8 +29,9 @@ pub mod config;
 pub use aria_cpu as cpu;
 pub mod hooks;
 pub mod hub;
+/// Conversions between `Tensor` and `ndarray` arrays (feature `ndarray`; `aria-tensor`'s).
 #[cfg(feature = "ndarray")]
-pub mod interop;
+pub use aria_tensor::interop;
 pub mod loader;
 pub mod nn;
 pub mod noise;

@@ -32,6 +32,8 @@ pub mod backend;
 mod dtype;
 mod error;
 pub mod format;
+#[cfg(feature = "ndarray")]
+pub mod interop;
 pub mod options;
 pub mod storage;
 mod tensor;

@@ -1,8 +1,8 @@
 //! Conversions between [`Tensor`] and [`ndarray`] arrays (feature `ndarray`).
 //!
 //! ```
-//! use aria_core::Tensor;
-//! # fn main() -> aria_core::Result<()> {
+//! use aria_tensor::Tensor;
+//! # fn main() -> aria_tensor::Result<()> {
 //! let a = ndarray::Array2::<f32>::from_shape_fn((2, 3), |(i, j)| (i * 3 + j) as f32);
 //! let t = Tensor::from_ndarray(&a.view().into_dyn())?;
 //! assert_eq!(t.shape(), &[2, 3]);
