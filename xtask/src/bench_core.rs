@@ -533,9 +533,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 o.reps,
                 2.0 * (m * n * k) as f64,
                 &mut || {
-                    use aria_core::nn::PackedWeight;
                     // The tile unit left out (the CPU's own choice where it has one: next row).
-                    let y = aria_core::cpu::bf16dot::without_tiles(|| p.linear(&x, None));
+                    let y =
+                        aria_core::cpu::bf16dot::without_tiles(|| ops::packed_linear(&x, &p, None));
                     drop(black_box(y))
                 },
                 Some(&mut || drop(black_box(ops::linear(&x, &w, None)))),

@@ -2,9 +2,7 @@
 //! products with f32 accumulation on packed weights (the CPU's fast path where it has one: the
 //! AMX tile unit, or `vdpbf16ps` on AMD cores).
 
-use std::sync::Arc;
-
-use aria_core::nn::{Bf16DotWeight, Linear, Weight, WeightFormat};
+use aria_core::nn::{Linear, Weight, WeightFormat};
 
 use crate::Result;
 
@@ -64,9 +62,9 @@ pub(crate) fn pack_bf16(l: &mut Linear) -> Result<()> {
     let Some(w) = l.effective_weight() else {
         return Ok(());
     };
-    let packed = Bf16DotWeight::pack(&w.to_cpu()?)?;
+    let packed = aria_core::nn::pack_stacked(WeightFormat::Bf16Panels, &[w])?;
     // The dense weight's mapped pages are not needed any more.
     l.weight().release_pages()?;
-    l.set_weight(Weight::Packed(Arc::new(packed)))?;
+    l.set_weight(Weight::Packed(packed))?;
     Ok(())
 }

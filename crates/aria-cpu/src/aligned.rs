@@ -45,6 +45,41 @@ impl Clone for LineAligned {
     }
 }
 
+/// A host `U8` tensor of `shape` (`4 · words` bytes) whose first byte starts a cache line,
+/// its bytes written as `u32` words by `fill` (zeros before): a kernel layout that a tensor
+/// carries through the op set (the tensor is a view into a slightly larger buffer).
+pub fn line_aligned_tensor(
+    words: usize,
+    shape: &[usize],
+    fill: impl FnOnce(&mut [u32]),
+) -> aria_tensor::Result<aria_tensor::Tensor> {
+    use aria_tensor::storage::CpuData;
+    use aria_tensor::{DType, Storage, Tensor};
+    let bytes = words * 4;
+    let mut buf = vec![0u8; bytes + 63];
+    let off = buf.as_ptr().align_offset(64).min(63);
+    if let Ok(w) = bytemuck::try_cast_slice_mut::<u8, u32>(&mut buf[off..off + bytes]) {
+        fill(w);
+    }
+    let strides = aria_tensor::contiguous_strides(shape);
+    Tensor::from_storage(
+        std::sync::Arc::new(Storage::Cpu(CpuData::U8(buf))),
+        DType::U8,
+        shape.to_vec(),
+        strides,
+        off,
+    )
+}
+
+/// The bytes of a contiguous host `U8` tensor as `u32` words (`None` for another tensor, or
+/// bytes that do not start on a 4-byte boundary).
+pub fn words(t: &aria_tensor::Tensor) -> Option<&[u32]> {
+    if t.dtype() != aria_tensor::DType::U8 || !t.is_contiguous() {
+        return None;
+    }
+    bytemuck::try_cast_slice(t.as_bytes().ok()?).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

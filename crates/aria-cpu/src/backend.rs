@@ -76,13 +76,13 @@ impl Backend for Cpu {
         crate::host::run(&op)
     }
 
-    /// The formats [`Op::LinearPacked`] runs on host blocks: `q8_0` (weight-only and W8A8) and
-    /// `bf16_panels`. (The k-quants run on the CPU through their own weight type,
-    /// `aria-quant`'s, which a layer calls directly; the op's CPU reference for them is their
-    /// dequantization.)
+    /// Every format of the op vocabulary: `q8_0` (weight-only and W8A8), `q4_k`, `q6_k` and
+    /// `bf16_panels`, on the kernels of [`crate::quant`] and [`crate::bf16dot`].
     fn packed_formats(&self) -> Vec<(WeightFormat, bool)> {
         vec![
             (WeightFormat::Q8_0, true),
+            (WeightFormat::Q4K, false),
+            (WeightFormat::Q6K, false),
             (WeightFormat::Bf16Panels, false),
         ]
     }
@@ -92,23 +92,48 @@ impl Backend for Cpu {
         format == WeightFormat::Bf16Panels && crate::host::Bf16DotWeight::faster_than_f32()
     }
 
-    /// The host blocks themselves, for the formats of [`Cpu::packed_formats`](Backend::packed_formats).
+    /// The CPU's layout of a packed weight: the blocks themselves for `q8_0`, `q4_k` and
+    /// `q6_k` (the kernels read them in place: a memory-mapped weight stays mapped, and W8A8
+    /// needs no second copy), the bf16 panels of [`crate::bf16dot`] for `bf16_panels`.
     fn upload_packed(&self, w: &PackedBlocks) -> Result<Tensor> {
-        if !matches!(
-            (w.format, w.w8a8),
-            (WeightFormat::Q8_0, _) | (WeightFormat::Bf16Panels, false)
-        ) {
+        host_only(&w.data, "upload_packed")?;
+        let supported = self.packed_formats();
+        if !supported
+            .iter()
+            .any(|&(f, a8)| f == w.format && (a8 || !w.w8a8))
+        {
             return Err(CoreError::Backend {
                 backend: "cpu".into(),
                 reason: format!(
-                    "no reference kernel for packed {} weights in the op set (formats here: {})",
+                    "no kernel for packed {}{} weights (formats here: {})",
                     w.format,
-                    format_list(&self.packed_formats())
+                    if w.w8a8 { " (W8A8)" } else { "" },
+                    format_list(&supported)
                 ),
             });
         }
-        host_only(&w.data, "upload_packed")?;
-        Ok(w.data.clone())
+        let row_bytes = w.format.row_bytes(w.cols);
+        if w.data.dtype() != aria_tensor::DType::U8 || w.data.shape() != [w.rows, row_bytes] {
+            return Err(CoreError::shape(
+                "upload_packed",
+                format!("{} blocks of a [{}, {}] weight", w.format, w.rows, w.cols),
+                &[w.data.shape(), &[w.rows, row_bytes]],
+            ));
+        }
+        if w.format != WeightFormat::Bf16Panels {
+            return Ok(w.data.clone());
+        }
+        let bytes = w.data.contiguous()?;
+        let bytes = bytes.as_bytes()?;
+        let panels = crate::threads::install(|| {
+            crate::bf16dot::Bf16Panels::from_pairs(w.rows, w.cols, |row, out| {
+                let r = &bytes[row * row_bytes..(row + 1) * row_bytes];
+                for (o, c) in out.iter_mut().zip(r.chunks_exact(4)) {
+                    *o = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                }
+            })
+        });
+        Ok(panels.tensor().clone())
     }
 
     /// The weight's panels packed for the CPU matrix product of the current path (an f32 copy
@@ -192,5 +217,76 @@ mod tests {
         assert_eq!(Cpu.upload(&t).unwrap().to_vec::<f32>().unwrap(), vec![1.0]);
         assert_eq!(Cpu.to_cpu(&t).unwrap().to_vec::<f32>().unwrap(), vec![1.0]);
         assert!(Cpu.packed_formats().contains(&(WeightFormat::Q8_0, true)));
+    }
+
+    /// The CPU's `bf16_panels` layout (its panels, packed at upload) gives the format's
+    /// reference (the blocks, on the emulation) bit for bit off the tile unit; the block formats
+    /// stay the blocks they were.
+    #[test]
+    fn packed_weights_run_on_the_layout_the_cpu_uploads() {
+        let (n, k, m) = (50usize, 37usize, 3usize);
+        let wv: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 40.0)
+            .collect();
+        let pairs = WeightFormat::Bf16Panels.row_bytes(k);
+        let mut bytes = vec![0u8; n * pairs];
+        for (r, row) in bytes.chunks_exact_mut(pairs).enumerate() {
+            for (c, o) in row.chunks_exact_mut(2).take(k).enumerate() {
+                o.copy_from_slice(&half::bf16::from_f32(wv[r * k + c]).to_le_bytes());
+            }
+        }
+        let blocks = PackedBlocks {
+            format: WeightFormat::Bf16Panels,
+            w8a8: false,
+            rows: n,
+            cols: k,
+            data: Tensor::from_vec(bytes, &[n, pairs]).unwrap(),
+        };
+        let panels = Cpu.upload_packed(&blocks).unwrap();
+        assert_eq!(panels.rank(), 3);
+        let x = Tensor::from_vec(
+            (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect(),
+            &[m, k],
+        )
+        .unwrap();
+        let b = Tensor::from_vec((0..n).map(|i| i as f32 / 7.0).collect(), &[n]).unwrap();
+        let op = |w: &Tensor| Op::LinearPacked {
+            x: x.clone(),
+            w: w.clone(),
+            format: WeightFormat::Bf16Panels,
+            w8a8: false,
+            shape: [n, k],
+            b: Some(b.clone()),
+        };
+        let got = Cpu.run(op(&panels)).unwrap().to_vec::<f32>().unwrap();
+        let want = Cpu.run(op(&blocks.data)).unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(got.len(), m * n);
+        assert!(got.iter().all(|v| v.is_finite()));
+        if !crate::bf16dot::use_tiles() {
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want));
+        }
+        // A panel tensor of another weight's shape is refused, naming both shapes.
+        let e = Cpu
+            .run(Op::LinearPacked {
+                x: Tensor::from_vec(vec![0.0f32; 2 * 70], &[2, 70]).unwrap(),
+                w: panels.clone(),
+                format: WeightFormat::Bf16Panels,
+                w8a8: false,
+                shape: [n, 70],
+                b: None,
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("panels") && e.contains("[50, 70]"), "{e}");
+        // W8A8 is q8_0's alone.
+        let e = Cpu
+            .upload_packed(&PackedBlocks {
+                w8a8: true,
+                ..blocks
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bf16_panels") && e.contains("W8A8"), "{e}");
     }
 }

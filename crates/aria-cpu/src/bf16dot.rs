@@ -23,7 +23,7 @@
 //! [`Kernel::Amx`] multiplies on the AMX tile unit instead: the same inputs and accumulation
 //! order per output, but the unit's own rounding inside each tile product, so its bits are its own.
 
-use super::aligned::LineAligned;
+use aria_tensor::Tensor;
 use rayon::prelude::*;
 
 /// Output columns per panel (two 16-lane vectors).
@@ -234,8 +234,10 @@ pub struct Bf16Panels {
     k: usize,
     /// Pairs per panel column (`⌈K/2⌉` padded with zero pairs to a multiple of 16).
     kps: usize,
-    /// Starts a cache line: a tile row of 16 pairs is one line (the AMX product loads them).
-    data: LineAligned,
+    /// `U8 [⌈N/48⌉, kps, 48 · 4]`, starting a cache line (a tile row of 16 pairs is one
+    /// line, which the AMX product loads): checked to be a host tensor of whole words when
+    /// made ([`Bf16Panels::from_tensor`]).
+    data: Tensor,
 }
 
 impl std::fmt::Debug for Bf16Panels {
@@ -249,8 +251,7 @@ impl Bf16Panels {
     /// `out[..k]` (on the current rayon pool, a panel per task).
     pub fn from_rows(n: usize, k: usize, row: impl Fn(usize, &mut [u16]) + Sync) -> Bf16Panels {
         let (kp, kps) = (k.div_ceil(2), padded_pairs(k));
-        let mut data = LineAligned::zeroed(n.div_ceil(NR) * kps * NR);
-        if !data.is_empty() {
+        Self::build(n, k, |data| {
             data.par_chunks_mut(kps * NR).enumerate().for_each_init(
                 || vec![0u16; 2 * kp],
                 |buf, (j, panel)| {
@@ -264,8 +265,73 @@ impl Bf16Panels {
                     }
                 },
             );
-        }
+        })
+    }
+
+    /// Panels for `[n, k]`, their words written by `fill` (zeros before; not called when
+    /// there are none).
+    fn build(n: usize, k: usize, fill: impl FnOnce(&mut [u32])) -> Bf16Panels {
+        let kps = padded_pairs(k);
+        let words = n.div_ceil(NR) * kps * NR;
+        let shape = [n.div_ceil(NR), kps, NR * 4];
+        let fill = |w: &mut [u32]| {
+            if !w.is_empty() {
+                fill(w)
+            }
+        };
+        // A host tensor of the computed size always builds; the fallback keeps the library
+        // free of a panic path and is never taken.
+        let data = super::aligned::line_aligned_tensor(words, &shape, fill)
+            .unwrap_or_else(|_| Tensor::zeros(&[0, kps, NR * 4], aria_tensor::DType::U8));
         Bf16Panels { n, k, kps, data }
+    }
+
+    /// The layout's shape for `[n, k]`: `U8 [⌈n/48⌉, kps, 192]`.
+    pub fn layout_shape(n: usize, k: usize) -> [usize; 3] {
+        [n.div_ceil(NR), padded_pairs(k), NR * 4]
+    }
+
+    /// Panels of `[n, k]` held in `t` (what [`Bf16Panels::tensor`] gave): a host `U8` tensor of
+    /// [`Bf16Panels::layout_shape`]. Bytes that do not start on a word boundary are copied.
+    pub fn from_tensor(n: usize, k: usize, t: &Tensor) -> aria_tensor::Result<Bf16Panels> {
+        let want = Self::layout_shape(n, k);
+        if t.dtype() != aria_tensor::DType::U8 || t.shape() != want || !t.device().is_cpu() {
+            return Err(aria_tensor::CoreError::shape(
+                "bf16 panels",
+                format!(
+                    "the panels of a [{n}, {k}] weight are a host U8 tensor {want:?} (got {} {:?})",
+                    t.dtype(),
+                    t.shape()
+                ),
+                &[t.shape(), &want],
+            ));
+        }
+        if super::aligned::words(t).is_some() {
+            return Ok(Bf16Panels {
+                n,
+                k,
+                kps: want[1],
+                data: t.clone(),
+            });
+        }
+        let src = t.contiguous()?.to_vec::<u8>()?;
+        Ok(Self::build(n, k, |w| {
+            for (d, c) in w.iter_mut().zip(src.chunks_exact(4)) {
+                *d = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }))
+    }
+
+    /// The panels as a tensor (`U8`, [`Bf16Panels::layout_shape`]), the CPU's operand of a
+    /// `bf16_panels` product in the op set.
+    pub fn tensor(&self) -> &Tensor {
+        &self.data
+    }
+
+    /// The words, `⌈N/48⌉ · kps · 48`.
+    fn words(&self) -> &[u32] {
+        // Checked when the panels were made (`build`, `from_tensor`).
+        super::aligned::words(&self.data).unwrap_or(&[])
     }
 
     /// [`Bf16Panels::from_rows`] for rows already in pairs: `pairs(i, out)` writes row `i` as
@@ -276,10 +342,9 @@ impl Bf16Panels {
     pub fn from_pairs(n: usize, k: usize, pairs: impl Fn(usize, &mut [u32]) + Sync) -> Bf16Panels {
         const B: usize = 16;
         let (kp, kps) = (k.div_ceil(2), padded_pairs(k));
-        let mut data = LineAligned::zeroed(n.div_ceil(NR) * kps * NR);
         let isa = super::current();
         let square = super::transpose::block(isa) == B;
-        if !data.is_empty() {
+        Self::build(n, k, |data| {
             data.par_chunks_mut(kps * NR).enumerate().for_each_init(
                 || (vec![0u32; kp], vec![0f32; B * kp], [0f32; B * B]),
                 |(row, rows, blk), (j, panel)| {
@@ -322,8 +387,7 @@ impl Bf16Panels {
                     }
                 },
             );
-        }
-        Bf16Panels { n, k, kps, data }
+        })
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -343,7 +407,7 @@ impl Bf16Panels {
 
     #[cfg(target_arch = "x86_64")]
     pub(super) fn data(&self) -> &[u32] {
-        &self.data
+        self.words()
     }
 
     /// `[N, K]`.
@@ -353,14 +417,14 @@ impl Bf16Panels {
 
     /// Bytes held.
     pub fn nbytes(&self) -> usize {
-        self.data.len() * 4
+        self.data.elem_count()
     }
 
     /// Row `i` of the weight as f32 (`out[..K]`).
     pub fn row(&self, i: usize, out: &mut [f32]) {
         let kps = self.kps;
         let (j, c) = (i / NR, i % NR);
-        let panel = &self.data[j * kps * NR..(j + 1) * kps * NR];
+        let panel = &self.words()[j * kps * NR..(j + 1) * kps * NR];
         for (kk, o) in out[..self.k].iter_mut().enumerate() {
             let w = panel[(kk / 2) * NR + c];
             let h = if kk % 2 == 0 { w & 0xffff } else { w >> 16 };
@@ -455,7 +519,7 @@ pub fn matmul(
             let kc = KCP.min(kp - k0);
             for j in j0..(j0 + NBP).min(npanels) {
                 let nc = NR.min(n - j * NR);
-                let panel = &w.data[(j * kps + k0) * NR..(j * kps + k0 + kc) * NR];
+                let panel = &w.words()[(j * kps + k0) * NR..(j * kps + k0 + kc) * NR];
                 for r0 in (0..mb).step_by(MR) {
                     let mr = MR.min(mb - r0);
                     let t0 = (m0 + r0) / MR;
@@ -681,7 +745,7 @@ mod tests {
                     })
                 });
                 assert_eq!(got.shape(), [n, k]);
-                assert!(got.data[..] == want.data[..], "{n}x{k} on {isa:?}");
+                assert!(got.words() == want.words(), "{n}x{k} on {isa:?}");
             }
         }
     }

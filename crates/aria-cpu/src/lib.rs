@@ -12,7 +12,8 @@
 //! [`fused`] (the DiT's and the samplers' fused row ops, SAME's head split), [`rowwise`]
 //! (element-wise, broadcast, softmax, embedding rows, RoPE, the norms), [`layout`] (unfold,
 //! masked-row fill), [`products`] (batched matmul, convolution), [`torch_bf16`] (PyTorch's bf16
-//! CPU arithmetic, bit for bit), with [`gemm`] and [`bf16dot`] for the products. A body splits
+//! CPU arithmetic, bit for bit), with [`gemm`] and [`bf16dot`] for the products and [`quant`]
+//! for the products with packed block formats. A body splits
 //! its work over the rayon pool it is called on and reads the selected ISA path once, when it
 //! starts.
 //!
@@ -53,7 +54,9 @@
 //! | op | kernels | paths vs scalar |
 //! |---|---|---|
 //! | `linear`, `matmul`, `conv1d`, `attention` (incl. differential, banded, chunked) | `gemm_tile`, `dot` | within 2e-6 (FMA, blocked sums) |
-//! | `aria_core::nn::Bf16DotWeight` products (bf16 inputs, f32 accumulation) | [`bf16dot`]: `vdpbf16ps` (AVX-512 BF16) or its scalar emulation | bit-identical |
+//! | `linear_packed`, `q8_0`/`q4_k`/`q6_k` weight-only ([`quant`]) | the f32 product reading B through the blocks, decoded in registers | bit-identical to the f32 product of the dequantized weight on the same path |
+//! | `linear_packed`, `q8_0` W8A8 ([`quant`]) | int8 tiles: AMX-INT8, AVX-512 VNNI, AVX-VNNI, AVX2, NEON `sdot`, NEON | bit-identical (exact int32 block sums) |
+//! | `linear_packed`, `bf16_panels` (bf16 inputs, f32 accumulation) | [`bf16dot`]: `vdpbf16ps` (AVX-512 BF16) or its scalar emulation | bit-identical |
 //! | the same products on the AMX tile unit ([`bf16dot::Kernel::Amx`], AMX-BF16) | `tdpbf16ps` | the unit's own rounding; within f32 accumulation of f64 |
 //! | `aria_core::ops::attention_amx`: the score and value products of a head on the AMX unit (bf16 q, k, p, v) | `tdpbf16ps` (`amx_attn`) | the unit's own rounding; within one bf16 step of the probabilities of f64 |
 //! | `softmax_last`, attention probabilities | `max`, `exp_sub_sum`, `scale` | within 1e-6 |
@@ -108,6 +111,7 @@ pub mod neon;
 #[cfg(target_arch = "x86_64")]
 mod prefetch;
 pub mod products;
+pub mod quant;
 pub mod rowwise;
 pub mod scalar;
 pub mod simd;

@@ -1,18 +1,21 @@
 //! # aria-quant
 //!
 //! Quantized weight storage for aria: a packed weight is one more kind of
-//! [`aria_core::nn::Weight`], so model code computes with it without knowing.
+//! [`aria_core::nn::Weight`], so model code computes with it without knowing. Its products are
+//! the op set's `linear_packed`, run by the backend the weight lives on (on the CPU, the
+//! kernels of `aria_cpu::quant`, which read the blocks in place); this crate supplies the
+//! formats, not kernels.
 //!
-//! - [`format`](mod@format): the packed block formats `q8_0`, `q4_k` and `q6_k` (`#[repr(C)]` block structs
-//!   with compile-time size checks, a tag with the layout version, reference quantize and
-//!   dequantize).
+//! - [`format`](mod@format): the packed block formats `q8_0`, `q4_k` and `q6_k` (the
+//!   `#[repr(C)]` block structs with compile-time size checks and their decoding are shared
+//!   with the CPU kernels; here: a tag with the layout version, the reference quantizers, and
+//!   the reference dequantization).
 //! - [`PackedMatrix`]: a quantized `[out, in]` matrix, quantized row by row from f32/f16/bf16
-//!   weights (memory-mapped or owned), implementing [`aria_core::nn::PackedWeight`].
-//! - [`kernels`]: f32 activations × packed weights, dequantized slab by slab while the CPU's
-//!   f32 product packs them (bit-identical to that product on the dequantized weight, on each
-//!   path, and for any thread count), and W8A8 (per-token int8 activations, exact int32 block
-//!   sums on AMX-INT8, AVX-512 VNNI, AVX-VNNI, AVX2, NEON `sdot`/plain NEON, scalar), chosen by a `try_*` ladder from explicit inputs
-//!   ([`Compute`] is a configuration value, not an environment switch).
+//!   weights (memory-mapped or owned), implementing [`aria_core::nn::PackedWeight`] (its
+//!   operand is the blocks themselves), in a [`Compute`] mode (weight-only or W8A8, a
+//!   configuration value, not an environment switch).
+//! - [`kernels`]: the CPU backend's kernels, re-exported for [`PackedMatrix::matmul_with`]
+//!   (one explicit path) and benchmarks.
 //! - [`io`]: packed safetensors files (U8 blocks plus a tensor table, format version, policy
 //!   and source checksum in the metadata), with typed errors for mismatched, corrupt and
 //!   truncated files.
@@ -41,12 +44,19 @@ mod checksum;
 mod error;
 pub mod format;
 pub mod io;
-pub mod kernels;
 mod matrix;
 mod policy;
 
 pub use checksum::{xxh64, Xxh64};
 pub use error::{QuantError, Result};
 pub use format::Format;
-pub use matrix::{Compute, PackedMatrix};
+pub use matrix::PackedMatrix;
+
+/// The CPU kernels of the packed formats, which live in the CPU backend (`aria_cpu::quant`);
+/// re-exported for [`PackedMatrix::matmul_with`] and benchmarks.
+pub mod kernels {
+    pub use aria_core::cpu::quant::kernels::*;
+}
+
+pub use aria_core::cpu::quant::Compute;
 pub use policy::Policy;

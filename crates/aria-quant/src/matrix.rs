@@ -3,59 +3,14 @@
 
 use std::fmt;
 
-use aria_core::nn::{PackedBlocks, PackedWeight, WeightFormat};
-use aria_core::{threads, DType, Tensor};
+use aria_core::cpu::quant::WView;
+use aria_core::nn::{PackedBlocks, PackedWeight};
+use aria_core::{ops, threads, DType, Tensor};
 use half::{bf16, f16};
 use rayon::prelude::*;
 
-use crate::kernels::{self, Kernel, KernelQuery};
-use crate::{Format, QuantError, Result};
-
-/// How a packed weight computes `x · Wᵀ`. An explicit configuration value (there is no
-/// environment switch).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Compute {
-    /// f32 activations; the weight is dequantized inside the kernel.
-    #[default]
-    WeightOnly,
-    /// Activations quantized per token to int8, int8 × int8 dot products (`q8_0` only).
-    W8A8,
-}
-
-impl Compute {
-    /// A short name (`weight-only`, `w8a8`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Compute::WeightOnly => "weight-only",
-            Compute::W8A8 => "w8a8",
-        }
-    }
-
-    /// Whether the mode can run on a weight of `format`.
-    pub fn supports(self, format: Format) -> bool {
-        match self {
-            Compute::WeightOnly => true,
-            Compute::W8A8 => format == Format::Q8_0,
-        }
-    }
-}
-
-/// A borrowed view of packed rows for the kernels.
-pub(crate) struct WView<'a> {
-    pub format: Format,
-    pub rows: usize,
-    pub cols: usize,
-    pub bytes: &'a [u8],
-    pub row_bytes: usize,
-}
-
-impl WView<'_> {
-    /// Packed row `j`.
-    #[inline]
-    pub fn row(&self, j: usize) -> &[u8] {
-        &self.bytes[j * self.row_bytes..(j + 1) * self.row_bytes]
-    }
-}
+use crate::kernels::{IntIsa, Kernel};
+use crate::{Compute, Format, QuantError, Result};
 
 /// A quantized weight matrix `[rows, cols]` (`[out, in]`) in one [`Format`]: `rows` packed
 /// rows of `format.row_bytes(cols)` bytes each, held in a `U8 [rows, row_bytes]` tensor
@@ -282,14 +237,14 @@ impl PackedMatrix {
         Ok(self.data.as_bytes()?)
     }
 
-    pub(crate) fn view(&self) -> Result<WView<'_>> {
-        Ok(WView {
-            format: self.format,
-            rows: self.rows,
-            cols: self.cols,
-            bytes: self.bytes()?,
-            row_bytes: self.row_bytes(),
-        })
+    /// The rows as the CPU kernels read them.
+    pub fn view(&self) -> Result<WView<'_>> {
+        Ok(WView::new(
+            self.format.into(),
+            self.rows,
+            self.cols,
+            self.bytes()?,
+        )?)
     }
 
     /// The reference dequantization, row-major `[rows, cols]` f32.
@@ -306,13 +261,14 @@ impl PackedMatrix {
 
     /// The kernel a product with `m` activation rows runs on, on the calling thread's paths.
     pub fn kernel(&self, m: usize) -> Kernel {
-        kernels::select(&KernelQuery::current(
-            self.format,
-            self.compute,
-            m,
-            self.rows,
-            self.cols,
-        ))
+        match self.view() {
+            Ok(v) => v.kernel(self.compute, m),
+            // A matrix always views its own bytes; the mode's scalar reference otherwise.
+            Err(_) => match self.compute {
+                Compute::WeightOnly => Kernel::Dequant(aria_core::cpu::Isa::Scalar),
+                Compute::W8A8 => Kernel::W8A8(IntIsa::Scalar),
+            },
+        }
     }
 
     /// `out[m, rows] = x[m, cols] · Wᵀ` (row-major slices) with the calling thread's kernel
@@ -322,151 +278,24 @@ impl PackedMatrix {
     }
 
     /// As [`PackedMatrix::matmul`] on an explicit kernel (a path this CPU cannot run falls
-    /// back to the scalar reference of the same mode). The kernel's mode must be supported by
-    /// the format.
+    /// back to the scalar reference of the same mode): the CPU backend's kernels
+    /// ([`WView::matmul`]). W8A8 kernels need a `q8_0` weight.
     pub fn matmul_with(&self, kernel: Kernel, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
-        let (n, k) = (self.rows, self.cols);
-        if x.len() < m * k || out.len() < m * n {
-            return Err(QuantError::Shape {
-                what: format!("{self:?} matmul"),
-                reason: format!(
-                    "x has {} values and out {} for m = {m} (need {} and {})",
-                    x.len(),
-                    out.len(),
-                    m * k,
-                    m * n
-                ),
-                shape: vec![m, k],
-            });
-        }
-        let v = self.view()?;
-        match kernel {
-            Kernel::Dequant(isa) => {
-                let isa = kernels::checked(isa);
-                threads::install(|| kernels::gemm_dequant(isa, &v, x, m, out));
-            }
-            Kernel::W8A8(isa) => {
-                if self.format != Format::Q8_0 {
-                    return Err(QuantError::Compute {
-                        format: self.format.tag(),
-                        mode: Compute::W8A8.name().into(),
-                        reason: "W8A8 runs on q8_0 weights only".into(),
-                    });
-                }
-                let isa = isa.checked();
-                threads::install(|| {
-                    let acts = kernels::quantize_activations(x, m, k, isa.offset_acts());
-                    kernels::gemm_w8a8(isa, &v, &acts, out);
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// `x · Wᵀ + b` into a new `[m, rows]` vector: the bias added after each output's K-sum
-    /// (the bits of adding it to the product afterwards). The weight-only product writes every
-    /// output itself, with the bias, so the vector is not zero-filled first.
-    fn matmul_bias(
-        &self,
-        kernel: Kernel,
-        x: &[f32],
-        m: usize,
-        bias: Option<&[f32]>,
-    ) -> Result<Vec<f32>> {
-        let n = self.rows;
-        if let Kernel::Dequant(isa) = kernel {
-            if x.len() < m * self.cols {
-                return Err(QuantError::Shape {
-                    what: format!("{self:?} matmul"),
-                    reason: format!("x has {} values for m = {m}", x.len()),
-                    shape: vec![m, self.cols],
-                });
-            }
-            let v = self.view()?;
-            let isa = kernels::checked(isa);
-            return Ok(threads::install(|| {
-                kernels::gemm_dequant_vec(isa, &v, x, m, bias)
-            }));
-        }
-        let mut out = vec![0f32; m * n];
-        self.matmul_with(kernel, x, m, &mut out)?;
-        if let Some(bd) = bias.filter(|b| !b.is_empty()) {
-            threads::install(|| {
-                out.par_chunks_mut(n).with_min_len(8).for_each(|row| {
-                    for (o, b) in row.iter_mut().zip(bd) {
-                        *o += b;
-                    }
-                })
-            });
-        }
-        Ok(out)
+        Ok(self.view()?.matmul(kernel, x, m, out)?)
     }
 
     /// The exact int32 W8A8 block sums `[m][rows][blocks]` for `x [m, cols]` on the int8 path
     /// `isa` (single-threaded; `q8_0` only). Every path gives the same sums; this exposes
     /// them for tests.
-    pub fn w8a8_block_sums(&self, isa: kernels::IntIsa, x: &[f32], m: usize) -> Result<Vec<i32>> {
-        if self.format != Format::Q8_0 {
-            return Err(QuantError::Compute {
-                format: self.format.tag(),
-                mode: Compute::W8A8.name().into(),
-                reason: "W8A8 runs on q8_0 weights only".into(),
-            });
-        }
-        if x.len() < m * self.cols {
-            return Err(QuantError::Shape {
-                what: format!("{self:?} block sums"),
-                reason: format!("x has {} values for m = {m}", x.len()),
-                shape: vec![m, self.cols],
-            });
-        }
-        let isa = isa.checked();
-        let acts = kernels::quantize_activations(x, m, self.cols, isa.offset_acts());
-        Ok(kernels::w8a8_block_sums(isa, &self.view()?, &acts))
+    pub fn w8a8_block_sums(&self, isa: IntIsa, x: &[f32], m: usize) -> Result<Vec<i32>> {
+        Ok(self.view()?.w8a8_block_sums(isa, x, m)?)
     }
 
-    /// `y = x·Wᵀ + b` for a tensor `x [.., cols]` (f32, or f16/bf16 widened), `b [rows]`.
+    /// `y = x·Wᵀ + b` for a tensor `x [.., cols]` (f32, or f16/bf16 widened), `b [rows]`: the
+    /// op set's `linear_packed` ([`aria_core::ops::packed_linear`]), which the backend the
+    /// operands live on runs (the CPU's kernels for a host tensor).
     pub fn forward(&self, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
-        let xs = x.shape();
-        let what = || format!("{self:?} linear");
-        if xs.last() != Some(&self.cols) {
-            return Err(QuantError::Shape {
-                what: what(),
-                reason: format!("x must be [.., {}]", self.cols),
-                shape: xs.to_vec(),
-            });
-        }
-        if !x.dtype().is_float() {
-            return Err(QuantError::DType {
-                what: what(),
-                dtype: x.dtype(),
-                reason: "activations must be float".into(),
-            });
-        }
-        let m: usize = xs[..xs.len() - 1].iter().product();
-        let xf = if x.dtype() == DType::F32 {
-            x.to_cpu()?.contiguous()?
-        } else {
-            x.to_cpu()?.to_dtype(DType::F32)?.contiguous()?
-        };
-        let xd = xf.as_slice::<f32>()?;
-        let bd = match bias {
-            Some(b) if b.shape() != [self.rows] => {
-                return Err(QuantError::Shape {
-                    what: what(),
-                    reason: format!("bias must be [{}]", self.rows),
-                    shape: b.shape().to_vec(),
-                })
-            }
-            Some(b) => Some(b.to_vec_f32()?),
-            None => None,
-        };
-        let out = self.matmul_bias(self.kernel(m), xd, m, bd.as_deref())?;
-        let mut shape = xs.to_vec();
-        if let Some(l) = shape.last_mut() {
-            *l = self.rows;
-        }
-        Ok(Tensor::from_vec(out, &shape)?)
+        Ok(ops::packed_linear(x, self, bias)?)
     }
 }
 
@@ -484,8 +313,15 @@ impl PackedWeight for PackedMatrix {
         PackedMatrix::nbytes(self)
     }
 
-    fn linear(&self, x: &Tensor, bias: Option<&Tensor>) -> aria_core::Result<Tensor> {
-        Ok(self.forward(x, bias)?)
+    /// The blocks: the CPU's layout of the block formats (its kernels read them in place).
+    fn operand(&self) -> PackedBlocks {
+        PackedBlocks {
+            format: self.format.into(),
+            w8a8: self.compute == Compute::W8A8,
+            rows: self.rows,
+            cols: self.cols,
+            data: self.data.clone(),
+        }
     }
 
     fn dequantize(&self) -> aria_core::Result<Tensor> {
@@ -499,17 +335,6 @@ impl PackedWeight for PackedMatrix {
 
     /// The blocks in the op vocabulary's format, for a backend to pack at upload.
     fn blocks(&self) -> Option<PackedBlocks> {
-        let format = match self.format {
-            Format::Q8_0 => WeightFormat::Q8_0,
-            Format::Q4K => WeightFormat::Q4K,
-            Format::Q6K => WeightFormat::Q6K,
-        };
-        Some(PackedBlocks {
-            format,
-            w8a8: self.compute == Compute::W8A8,
-            rows: self.rows,
-            cols: self.cols,
-            data: self.data.clone(),
-        })
+        Some(self.operand())
     }
 }

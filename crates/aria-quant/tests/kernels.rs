@@ -188,8 +188,8 @@ fn half_activations() {
 /// the ISA how; `with_isa(Scalar)` selects the references.
 #[test]
 fn selection_ladder() {
-    let q = |format, compute, isa, int_isa| KernelQuery {
-        format,
+    let q = |format: Format, compute, isa, int_isa| KernelQuery {
+        format: format.into(),
         compute,
         isa,
         int_isa,

@@ -1,7 +1,9 @@
-//! The op set's `linear_packed` CPU reference (`aria_core::ops::linear_packed`, what backends
-//! are checked against) agrees with this crate's kernels for `q8_0`, weight-only and W8A8, at
-//! edge widths (one block, a padded last block) and with a zero row; the blocks it reads are
-//! exactly [`PackedWeight::blocks`].
+//! The op set's `linear_packed` on the CPU (`aria_core::ops::linear_packed`, run by the CPU
+//! backend's kernels on the blocks in place, and what backends are checked against) agrees
+//! with the scalar statement of each format's product (`aria_cpu::host::
+//! linear_packed_reference`) for `q8_0` (weight-only and W8A8), `q4_k` and `q6_k`, at edge
+//! widths (one block, a padded last block) and with a zero row; the blocks it reads are
+//! exactly [`PackedWeight::blocks`], and a layer's product is the op's, bit for bit.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use aria_core::nn::{PackedWeight, WeightFormat};
@@ -32,23 +34,44 @@ fn max_rel(a: &[f32], b: &[f32]) -> f32 {
 }
 
 #[test]
-fn q8_reference_agrees_with_the_kernels() {
-    for (m, k, n) in [(1, 32, 1), (4, 40, 7), (9, 96, 33), (3, 16, 5)] {
-        let mut xv = t(&[m, k], 1).to_vec::<f32>().unwrap();
-        xv[..k].fill(0.0);
-        let x = Tensor::from_vec(xv, &[m, k]).unwrap();
-        let w = t(&[n, k], 2);
-        let b = t(&[n], 3);
-        for compute in [Compute::WeightOnly, Compute::W8A8] {
-            let pm = PackedMatrix::quantize("w", &w, Format::Q8_0)
+fn the_kernels_agree_with_the_scalar_reference() {
+    let q8 = [(1, 32, 1), (4, 40, 7), (9, 96, 33), (3, 16, 5)];
+    let kq = [(3, 256, 8), (2, 300, 5), (5, 512, 3)];
+    type Shapes<'a> = &'a [(usize, usize, usize)];
+    let sets: [(Format, Compute, Shapes<'_>); 4] = [
+        (Format::Q8_0, Compute::WeightOnly, &q8),
+        (Format::Q8_0, Compute::W8A8, &q8),
+        (Format::Q4K, Compute::WeightOnly, &kq),
+        (Format::Q6K, Compute::WeightOnly, &kq),
+    ];
+    // Blocked f32 sums against sums in order: rounding only.
+    let tol = 1e-5;
+    for (format, compute, shapes) in sets {
+        for &(m, k, n) in shapes {
+            let mut xv = t(&[m, k], 1).to_vec::<f32>().unwrap();
+            xv[..k].fill(0.0);
+            let x = Tensor::from_vec(xv, &[m, k]).unwrap();
+            let w = t(&[n, k], 2);
+            let b = t(&[n], 3);
+            let pm = PackedMatrix::quantize("w", &w, format)
                 .unwrap()
                 .with_compute(compute)
                 .unwrap();
             let blocks = pm.blocks().unwrap();
-            assert_eq!(blocks.format, WeightFormat::Q8_0);
+            assert_eq!(blocks.format, WeightFormat::from(format));
             assert_eq!(blocks.w8a8, compute == Compute::W8A8);
             assert_eq!([blocks.rows, blocks.cols], [n, k]);
-            let want = pm.forward(&x, Some(&b)).unwrap().to_vec::<f32>().unwrap();
+            let want = aria_core::cpu::host::linear_packed_reference(
+                &x,
+                &blocks.data,
+                blocks.format,
+                blocks.w8a8,
+                [n, k],
+                Some(&b),
+            )
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
             let got = ops::linear_packed(
                 &x,
                 &blocks.data,
@@ -61,12 +84,15 @@ fn q8_reference_agrees_with_the_kernels() {
             .to_vec::<f32>()
             .unwrap();
             let e = max_rel(&got, &want);
-            assert!(e < 1e-5, "{m}x{k}x{n} {compute:?}: {e}");
+            assert!(e < tol, "{format} {m}x{k}x{n} {compute:?}: {e}");
             assert_eq!(
                 &got[..n],
                 &b.to_vec::<f32>().unwrap()[..],
                 "the zero row is the bias"
             );
+            let layer = pm.forward(&x, Some(&b)).unwrap().to_vec::<f32>().unwrap();
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&layer), bits(&got), "the matrix runs the op");
         }
     }
 }

@@ -234,6 +234,6 @@ fn mode_checks() {
         .expect("w8a8");
     assert_eq!(PackedWeight::format(&p), "q8_0/v1+w8a8");
     let x = Tensor::from_vec(vec![1.0f32; 2 * 256], &[2, 256]).expect("x");
-    let y = PackedWeight::linear(&p, &x, None).expect("linear");
+    let y = p.forward(&x, None).expect("linear");
     assert_eq!(y.shape(), &[2, 4]);
 }

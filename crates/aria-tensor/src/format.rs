@@ -22,9 +22,8 @@ pub enum WeightFormat {
     /// bf16 weights for bf16 products with f32 accumulation: the activations are rounded to
     /// bf16 (nearest even) and each output sums the products of bf16 pairs in f32, pair by
     /// pair (`vdpbf16ps`'s arithmetic). Blocks are pairs of bf16 (4 bytes, little-endian, the
-    /// odd last weight of a row paired with 0). The CPU packs them into panels at load
-    /// (`aria_core::nn::Bf16DotWeight`) and runs them on the AMX tile unit where it
-    /// has one.
+    /// odd last weight of a row paired with 0). The CPU packs them into panels at upload
+    /// (`aria_cpu::bf16dot::Bf16Panels`) and runs them on the AMX tile unit where it has one.
     Bf16Panels,
 }
 
@@ -72,8 +71,10 @@ impl fmt::Display for WeightFormat {
     }
 }
 
-/// A packed weight's blocks in the format's reference layout, as handed to a backend's
-/// [`upload_packed`](crate::Backend::upload_packed).
+/// A packed weight in one format: its blocks in the format's reference layout, as handed to a
+/// backend's [`upload_packed`](crate::Backend::upload_packed) ([`PackedWeight::blocks`]), or
+/// the layout a backend packed from them, as the weight operand of
+/// [`Op::LinearPacked`](crate::backend::Op) ([`PackedWeight::operand`]).
 #[derive(Debug, Clone)]
 pub struct PackedBlocks {
     /// The format.
@@ -82,16 +83,19 @@ pub struct PackedBlocks {
     pub w8a8: bool,
     /// `out`.
     pub rows: usize,
-    /// `in` (a multiple of the format's block).
+    /// `in`.
     pub cols: usize,
-    /// `U8 [rows, cols / block_elems · block_bytes]` on the CPU (owned or memory-mapped).
+    /// The blocks, `U8 [rows, format.row_bytes(cols)]` on the CPU (owned or memory-mapped);
+    /// or, as an operand, the backend's layout of them, on that backend.
     pub data: Tensor,
 }
 
-/// A quantized weight matrix `[out, in]` in some packed format, implemented by `aria-quant`
-/// (the ggml formats) and `aria-cpu` (the bf16 panels). A `Linear` layer (`aria_core::nn`) holding one calls
-/// [`PackedWeight::linear`] with f32 activations; the format's kernels dequantize inside their
-/// micro-kernels.
+/// A weight matrix `[out, in]` in a packed format of the op vocabulary, implemented by
+/// `aria-quant` (the ggml formats, on the CPU), `aria-cpu` (the bf16 panels) and
+/// `aria_core::nn`'s weight uploaded to a device backend. It runs in the op set: a `Linear`
+/// layer (`aria_core::nn`) holding one runs `aria_core::ops::linear_packed` on its
+/// [`operand`](PackedWeight::operand), the layout the backend it lives on packed, whose kernels
+/// decode the weight inside their micro-kernels.
 pub trait PackedWeight: Send + Sync + fmt::Debug {
     /// The format's name and version (e.g. `"q8_0/v1"`).
     fn format(&self) -> &str;
@@ -99,8 +103,11 @@ pub trait PackedWeight: Send + Sync + fmt::Debug {
     fn shape(&self) -> [usize; 2];
     /// Bytes held by the packed data.
     fn nbytes(&self) -> usize;
-    /// `y = x·Wᵀ + b` for `x [.., in]` f32.
-    fn linear(&self, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor>;
+    /// The weight as the operand of [`Op::LinearPacked`](crate::backend::Op): its format, mode
+    /// and shape, and its data in the layout of the backend it lives on (what that backend's
+    /// [`upload_packed`](crate::Backend::upload_packed) gives: on the CPU, the blocks of the
+    /// block formats and the panels of `bf16_panels`).
+    fn operand(&self) -> PackedBlocks;
     /// The weight as a dense f32 tensor (for adapters that need the full matrix, and tests).
     fn dequantize(&self) -> Result<Tensor>;
     /// Drop the resident pages of packed data borrowed from a memory-mapped file (see
@@ -109,8 +116,8 @@ pub trait PackedWeight: Send + Sync + fmt::Debug {
     fn release_pages(&self) -> Result<usize> {
         Ok(0)
     }
-    /// The blocks in a format of the op vocabulary, for a backend to upload (`None`, the
-    /// default: a CPU-only layout that cannot move, such as the bf16 panels).
+    /// The blocks in the format's reference layout, for another backend to upload (`None`, the
+    /// default: a weight whose blocks cannot be recovered, which stays where it is).
     fn blocks(&self) -> Option<PackedBlocks> {
         None
     }

@@ -370,8 +370,8 @@ pub(crate) fn prepare_dit(
                     w.clone()
                 };
                 Some(
-                    aria_core::nn::Bf16DotWeight::pack(&w2)
-                        .map(|p| Weight::Packed(Arc::new(p)))
+                    aria_core::nn::pack_stacked(aria_core::nn::WeightFormat::Bf16Panels, &[&w2])
+                        .map(Weight::Packed)
                         .map_err(Error::from),
                 )
             }

@@ -343,7 +343,7 @@ impl Linear {
         let Weight::Packed(p) = &self.weight else {
             return Err(shape_err(&self.name, "no weight".into()));
         };
-        let mut y = p.linear(x, self.bias.as_ref())?;
+        let mut y = ops::packed_linear(x, p.as_ref(), self.bias.as_ref())?;
         for (a, s) in &self.adapters {
             if let Some(lr) = a.low_rank() {
                 // The low-rank factors are small: they go where the activations are.

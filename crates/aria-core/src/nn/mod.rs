@@ -39,6 +39,6 @@ pub use aria_cpu::host::Bf16DotWeight;
 pub use conv::Conv1d;
 pub use linear::{Bias, Linear};
 pub use weight::{
-    put_packed, Adapter, DevicePacked, LowRank, PackedBlocks, PackedSource, PackedWeight, Weight,
-    WeightFormat,
+    pack_stacked, put_packed, Adapter, DevicePacked, LowRank, PackedBlocks, PackedSource,
+    PackedWeight, Weight, WeightFormat,
 };

@@ -21,6 +21,32 @@ pub struct DevicePacked {
     host: Arc<dyn PackedWeight>,
 }
 
+/// Dense weights `[out_i, in]` (f32, f16 or bf16, with the same `in`) as one packed weight
+/// `[Σ out_i, in]` in `format`, their rows one after the other (e.g. a layer's query, key and
+/// value projections as one product), packed on the CPU; a layer holding it uploads it with
+/// [`Linear::to_device`](crate::nn::Linear::to_device). Device weights are read back once.
+///
+/// `bf16_panels` packs here (the CPU's panels, `aria_cpu::host::Bf16DotWeight`); the block
+/// formats are quantized by `aria-quant` (their quantizers choose scales), so they are refused
+/// here, naming the format.
+pub fn pack_stacked(format: WeightFormat, parts: &[&Tensor]) -> Result<Arc<dyn PackedWeight>> {
+    match format {
+        WeightFormat::Bf16Panels => {
+            let host = parts
+                .iter()
+                .map(|w| w.to_cpu())
+                .collect::<Result<Vec<_>>>()?;
+            let refs: Vec<&Tensor> = host.iter().collect();
+            Ok(Arc::new(aria_cpu::host::Bf16DotWeight::pack_stacked(
+                &refs,
+            )?))
+        }
+        f => Err(crate::CoreError::Invalid(format!(
+            "weights are packed as {f} by aria-quant's quantizers, not by nn::pack_stacked"
+        ))),
+    }
+}
+
 /// Upload a packed weight to `device`'s backend, in the layout the backend packs at upload. A
 /// weight already there is returned as is; on the CPU, the CPU weight.
 pub fn put_packed(device: &Device, w: &Arc<dyn PackedWeight>) -> Result<Arc<dyn PackedWeight>> {
@@ -64,15 +90,14 @@ impl PackedWeight for DevicePacked {
     fn nbytes(&self) -> usize {
         self.host.nbytes()
     }
-    fn linear(&self, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
-        crate::ops::linear_packed(
-            x,
-            &self.data,
-            self.format,
-            self.w8a8,
-            [self.rows, self.cols],
-            bias,
-        )
+    fn operand(&self) -> PackedBlocks {
+        PackedBlocks {
+            format: self.format,
+            w8a8: self.w8a8,
+            rows: self.rows,
+            cols: self.cols,
+            data: self.data.clone(),
+        }
     }
     fn dequantize(&self) -> Result<Tensor> {
         self.host.dequantize()

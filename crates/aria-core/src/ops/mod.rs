@@ -34,7 +34,7 @@ pub use fused::{
 pub use layout::unfold;
 pub use linear::{linear, linear_prepared, matmul};
 pub use norm::{dyt, layer_norm, rms_norm};
-pub use packed::linear_packed;
+pub use packed::{linear_packed, packed_linear};
 pub use pad::pad;
 pub use rows::{distinct_rows, DistinctRows};
 pub use same::{qkv_heads, rope_table, std_last};

@@ -1,6 +1,6 @@
-//! [`linear_packed`]: the product with a packed weight, as an op of the set (so a backend that
-//! packs the format at upload runs it), with its check step and the `q8_0` and `bf16_panels`
-//! CPU references.
+//! [`linear_packed`]: the product with a packed weight, as an op of the set (each backend runs
+//! it on the layout it packed at upload, the CPU included), and [`packed_linear`], the same for
+//! a [`PackedWeight`](crate::nn::PackedWeight).
 
 use super::route;
 use crate::backend::Op;
@@ -13,11 +13,11 @@ use crate::{Result, Tensor};
 /// activations are quantized per token to int8 (`s = max|x|/127`, ties to even, ±127) and each
 /// block's products summed exactly in integers.
 ///
-/// On a device the backend runs it. On the CPU this is the reference for `q8_0` and
-/// `bf16_panels`: a `q8_0` output is `Σ_blocks d·(Σ x·q)` (W8A8: `s·Σ_blocks d·Σ q_x·q`) in block
-/// order, plus the bias; a `bf16_panels` output is the bf16 pair products of the rounded
-/// activations summed in f32 pair by pair (the scalar statement of `vdpbf16ps`), plus the bias. Layers on the CPU run their packed weights through the format's own fast kernels
-/// (`aria-quant`), which agree with this within rounding.
+/// The backend `w` lives on runs it, the CPU included: its kernels for every format
+/// (`aria_cpu::quant` for the block formats, which read the blocks in place, and the bf16
+/// panels of `aria_cpu::bf16dot`; its layout is what `Cpu::upload_packed` gives). The scalar
+/// statement of each format's product, which the kernels are tested against, is
+/// `aria_cpu::host::linear_packed_reference`.
 pub fn linear_packed(
     x: &Tensor,
     w: &Tensor,
@@ -38,4 +38,24 @@ pub fn linear_packed(
             b: b.cloned()
         }
     )
+}
+
+/// `y = x·Wᵀ + b` for a packed weight `w` and `x [.., in]` (f32, or f16/bf16 widened to f32):
+/// [`linear_packed`] on the weight's [`operand`](crate::nn::PackedWeight::operand), the layout
+/// the backend it lives on packed. What a [`nn::Linear`](crate::nn::Linear) holding a packed
+/// weight runs, on every backend.
+pub fn packed_linear(
+    x: &Tensor,
+    w: &dyn crate::nn::PackedWeight,
+    b: Option<&Tensor>,
+) -> Result<Tensor> {
+    let o = w.operand();
+    let widened;
+    let x = if x.dtype().is_float() && x.dtype() != crate::DType::F32 {
+        widened = x.to_dtype(crate::DType::F32)?;
+        &widened
+    } else {
+        x
+    };
+    linear_packed(x, &o.data, o.format, o.w8a8, [o.rows, o.cols], b)
 }

@@ -1,7 +1,6 @@
 //! [`Bf16DotWeight`]: a weight packed for products with bf16 inputs and f32 accumulation.
 
 use super::f32_data;
-use crate as cpu;
 use crate::bf16dot::{self, to_bf16, Bf16Panels};
 use crate::gemm::WData;
 use crate::threads;
@@ -122,8 +121,30 @@ impl Bf16DotWeight {
         bf16dot::amx_available()
     }
 
+    /// `x · Wᵀ (+ bias)` for a host `x [.., in]` (f32, or f16/bf16 widened to f32): the op
+    /// set's `linear_packed` on the CPU backend ([`Cpu`](crate::Cpu)'s `run`: the check step,
+    /// then the panels' product on the AMX tile unit where it is granted, else `vdpbf16ps` or
+    /// its scalar emulation).
+    pub fn linear(&self, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        use aria_tensor::backend::{Backend, Op};
+        let x = if x.dtype().is_float() && x.dtype() != aria_tensor::DType::F32 {
+            x.to_dtype(aria_tensor::DType::F32)?
+        } else {
+            x.clone()
+        };
+        let o = self.operand();
+        crate::Cpu.run(Op::LinearPacked {
+            x,
+            w: o.data,
+            format: o.format,
+            w8a8: o.w8a8,
+            shape: [o.rows, o.cols],
+            b: bias.cloned(),
+        })
+    }
+
     /// `x · Wᵀ (+ bias)` on the AMX tile unit: the same bf16 inputs and per-output accumulation
-    /// order as [`PackedWeight::linear`], with the unit's own rounding inside each tile product
+    /// order as [`Bf16DotWeight::linear`], with the unit's own rounding inside each tile product
     /// (so not the same bits; f32-accumulation accuracy, and the same bits for any thread
     /// count). An error where [`Bf16DotWeight::amx`] does not hold.
     pub fn linear_amx(&self, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
@@ -167,13 +188,17 @@ impl PackedWeight for Bf16DotWeight {
     /// rounding inside each tile product), else `vdpbf16ps` on the AVX-512 path, else its scalar
     /// emulation (the same bits as `vdpbf16ps`, and as the op set's reference
     /// `aria_core::ops::linear_packed`).
-    fn linear(&self, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
-        let kernel = match cpu::current() {
-            cpu::Isa::Avx512 if bf16dot::use_tiles() => bf16dot::Kernel::Amx,
-            cpu::Isa::Avx512 => bf16dot::Kernel::Native,
-            _ => bf16dot::Kernel::Emulated,
-        };
-        self.product(kernel, x, bias)
+    /// The panels, the CPU's layout of the format (the CPU runs them on the AMX tile unit
+    /// where it is granted, else `vdpbf16ps` or its scalar emulation).
+    fn operand(&self) -> PackedBlocks {
+        let [n, k] = self.panels.shape();
+        PackedBlocks {
+            format: WeightFormat::Bf16Panels,
+            w8a8: false,
+            rows: n,
+            cols: k,
+            data: self.panels.tensor().clone(),
+        }
     }
 
     /// The bf16 pairs of every row (`U8 [out, ⌈in / 2⌉ · 4]`), the format's reference layout.
@@ -395,7 +420,10 @@ mod tests {
     fn shape_errors() {
         let p = Bf16DotWeight::pack(&t(12, &[3, 4], 1)).expect("pack");
         let e = p.linear(&t(10, &[2, 5], 1), None).expect_err("k");
-        assert!(e.to_string().contains("[.., 4]"), "{e}");
+        assert!(
+            e.to_string().contains("linear_packed") && e.to_string().contains("[2, 5]"),
+            "{e}"
+        );
         let e = p
             .linear(&t(8, &[2, 4], 1), Some(&t(4, &[4], 1)))
             .expect_err("bias");

@@ -43,6 +43,7 @@ use layout::unfold_host;
 use linear::{linear_host, matmul_host};
 use norm::{dyt_host, layer_norm_host, rms_norm_host};
 use packed::linear_packed_host;
+pub use packed::linear_packed_reference;
 use pad::pad_host;
 use same::{qkv_heads_host, rope_table_host, std_last_host};
 use text::{fill_masked_rows_host, fourier_features_host};

@@ -23,7 +23,7 @@
 //! accumulation, the closest to exact arithmetic (it differs from an fp64 evaluation by ~4e-5
 //! relative where the reference's bf16 path differs by ~8e-3). [`Precision::Bf16Dot`] keeps f32
 //! everywhere but holds the matrices in the `bf16_panels` weight format
-//! ([`WeightFormat::Bf16Panels`](aria_core::nn::WeightFormat::Bf16Panels), packed once,
+//! ([`WeightFormat::Bf16Panels`], packed once,
 //! [`T5GemmaEncoder::prepare`]) and lets the attention's products round to bf16
 //! ([`AttnOpts::bf16_products`]): the backend picks the unit (the CPU: the AMX tile unit where it
 //! has one, else `vdpbf16ps`, else its emulation), the encoder never asks which.
@@ -50,7 +50,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use aria_core::nn::{Bf16DotWeight, Bias, Linear, Weight};
+use aria_core::nn::{self, Bias, Linear, Weight, WeightFormat};
 use aria_core::ops::{self, torch_bf16, AttnOpts, KeyMaskMode, RmsStyle};
 use aria_core::{DType, Device, Tensor, WeightLoader};
 
@@ -200,16 +200,12 @@ impl LayerDot {
                 return Ok(None);
             };
             // Packed from host data (a weight already on a device is read back once).
-            let host = ws
-                .iter()
-                .map(|w| w.to_cpu())
-                .collect::<aria_core::Result<Vec<_>>>()?;
-            let w = Bf16DotWeight::pack_stacked(&host.iter().collect::<Vec<_>>())?;
+            let w = nn::pack_stacked(WeightFormat::Bf16Panels, &ws)?;
             for l in ls {
                 l.weight().release_pages()?;
             }
             let name = format!("{}[{part}]", ls[0].name());
-            let mut lin = Linear::new(name, Weight::Packed(Arc::new(w)), None)?;
+            let mut lin = Linear::new(name, Weight::Packed(w), None)?;
             lin.to_device(device)?;
             Ok(Some(lin))
         };

@@ -1,6 +1,7 @@
 //! Packed block formats: each is a `#[repr(C)]` block struct with a compile-time size check, a
-//! [`BlockFormat`] implementation (constants + reference quantize/dequantize of one block) and a
-//! [`Format`] tag carrying the layout version.
+//! [`BlockFormat`] implementation (constants + the reference quantizer of one block; the
+//! block's decoding is its [`Block`] implementation) and a [`Format`] tag carrying the layout
+//! version.
 //!
 //! | format | block | bytes | bits/weight | value |
 //! |---|---|---|---|---|
@@ -17,18 +18,19 @@
 //! reaches a result. (A 257-wide row in a 256-element format costs a second, mostly empty
 //! block: policies keep such narrow layers in q8_0.)
 //!
-//! The dequantization formulas are written once here and used by every kernel path, with the
-//! same f32 operations in the same order, so every path sees bit-identical weights.
+//! The block structs and their dequantization are written once, in the CPU backend
+//! (`aria_cpu::quant::blocks`, re-exported here), and used by every kernel path and by
+//! [`Format::dequantize_row`], with the same f32 operations in the same order, so every path
+//! sees bit-identical weights. This module adds what only packing needs: the tags and the
+//! reference quantizers.
 
 mod q4k;
 mod q6k;
 mod q8_0;
 
-pub use q4k::BlockQ4K;
-pub use q6k::BlockQ6K;
-pub use q8_0::BlockQ8_0;
-
-pub use aria_core::cpu::gemm::{I8Rows, I8_GROUP};
+use aria_core::cpu::quant::blocks::{self, Block};
+pub use aria_core::cpu::quant::blocks::{BlockQ4K, BlockQ6K, BlockQ8_0, I8Rows, I8_GROUP};
+use aria_core::nn::WeightFormat;
 use half::f16;
 
 use crate::{QuantError, Result};
@@ -46,10 +48,11 @@ pub enum Format {
     Q6K,
 }
 
-/// One block layout: its constants and the reference conversions of one block.
+/// One block layout: its constants and the reference quantizer of one block (its decoding is
+/// the block struct's [`Block`] implementation, which the CPU kernels share).
 pub trait BlockFormat {
     /// The block struct (`#[repr(C)]`, alignment 1).
-    type Block: bytemuck::Pod;
+    type Block: Block;
     /// The format this layout implements.
     const FORMAT: Format;
     /// Weights per block.
@@ -61,13 +64,16 @@ pub trait BlockFormat {
     const VERSION: u32;
     /// Quantize `x` (exactly [`BlockFormat::BLOCK_ELEMS`] finite values) into `out`.
     fn quantize(x: &[f32], out: &mut Self::Block);
-    /// Dequantize one block into `out` (exactly [`BlockFormat::BLOCK_ELEMS`] values).
-    fn dequantize(b: &Self::Block, out: &mut [f32]);
-    /// One block as int8 values `q` ([`BlockFormat::BLOCK_ELEMS`]) with a scale (and offset)
-    /// per [`I8_GROUP`] of them, such that `scale · q` (less `offset`, with
-    /// [`I8Rows::ScaledOffset`]), each step rounded in f32, is the bits
-    /// [`BlockFormat::dequantize`] gives.
-    fn unpack(b: &Self::Block, q: &mut [i8], scale: &mut [f32], offset: &mut [f32]) -> I8Rows;
+}
+
+impl From<Format> for WeightFormat {
+    fn from(f: Format) -> WeightFormat {
+        match f {
+            Format::Q8_0 => WeightFormat::Q8_0,
+            Format::Q4K => WeightFormat::Q4K,
+            Format::Q6K => WeightFormat::Q6K,
+        }
+    }
 }
 
 impl Format {
@@ -191,15 +197,11 @@ impl Format {
     /// # Panics
     /// If `blocks` is shorter than `row_bytes(out.len())`.
     pub fn dequantize_row(self, blocks: &[u8], out: &mut [f32]) {
-        match self {
-            Format::Q8_0 => dequantize_range::<q8_0::Q8_0>(blocks, 0, out),
-            Format::Q4K => dequantize_range::<q4k::Q4K>(blocks, 0, out),
-            Format::Q6K => dequantize_range::<q6k::Q6K>(blocks, 0, out),
-        }
+        blocks::dequantize_row(self.into(), blocks, out)
     }
 
     /// Columns `k0..k0 + q.len()` of a packed row (`k0` a block multiple) as int8 values with
-    /// a scale (and offset) per [`I8_GROUP`] columns (see [`BlockFormat::unpack`]): the same
+    /// a scale (and offset) per [`I8_GROUP`] columns (see [`Block::unpack`]): the same
     /// weights, bit for bit, as [`Format::dequantize_cols`] gives.
     ///
     /// # Panics
@@ -213,11 +215,7 @@ impl Format {
         scale: &mut [f32],
         offset: &mut [f32],
     ) -> I8Rows {
-        match self {
-            Format::Q8_0 => unpack_range::<q8_0::Q8_0>(row, k0, q, scale, offset),
-            Format::Q4K => unpack_range::<q4k::Q4K>(row, k0, q, scale, offset),
-            Format::Q6K => unpack_range::<q6k::Q6K>(row, k0, q, scale, offset),
-        }
+        blocks::unpack_cols(self.into(), row, k0, q, scale, offset).unwrap_or(I8Rows::Scaled)
     }
 
     /// Dequantize columns `k0..k0 + out.len()` of a packed row, where `k0` is a multiple of
@@ -226,11 +224,7 @@ impl Format {
     /// # Panics
     /// If `k0` is not a block multiple or the row is too short for the range.
     pub fn dequantize_cols(self, row: &[u8], k0: usize, out: &mut [f32]) {
-        match self {
-            Format::Q8_0 => dequantize_range::<q8_0::Q8_0>(row, k0, out),
-            Format::Q4K => dequantize_range::<q4k::Q4K>(row, k0, out),
-            Format::Q6K => dequantize_range::<q6k::Q6K>(row, k0, out),
-        }
+        blocks::dequantize_cols(self.into(), row, k0, out)
     }
 }
 
@@ -240,8 +234,7 @@ impl std::fmt::Display for Format {
     }
 }
 
-/// Largest block in any format (elements).
-pub(crate) const MAX_BLOCK: usize = 256;
+use blocks::MAX_BLOCK;
 
 /// The quantizers compiled with AVX2 enabled (wider vectors for the loops across
 /// candidates; no FMA, so the bytes are the portable path's).
@@ -297,79 +290,6 @@ fn quantize_row_as<F: BlockFormat>(
         F::quantize(t, blk);
     }
     Ok(())
-}
-
-fn dequantize_range<F: BlockFormat>(row: &[u8], k0: usize, out: &mut [f32]) {
-    assert_eq!(
-        k0 % F::BLOCK_ELEMS,
-        0,
-        "dequantize_cols: start not on a block"
-    );
-    let b0 = k0 / F::BLOCK_ELEMS;
-    let nb = out.len().div_ceil(F::BLOCK_ELEMS);
-    let bytes = &row[b0 * F::BLOCK_BYTES..(b0 + nb) * F::BLOCK_BYTES];
-    let blocks: &[F::Block] = bytemuck::cast_slice(bytes);
-    let mut buf = [0f32; MAX_BLOCK];
-    for (chunk, blk) in out.chunks_mut(F::BLOCK_ELEMS).zip(blocks) {
-        if chunk.len() == F::BLOCK_ELEMS {
-            F::dequantize(blk, chunk);
-        } else {
-            F::dequantize(blk, &mut buf[..F::BLOCK_ELEMS]);
-            chunk.copy_from_slice(&buf[..chunk.len()]);
-        }
-    }
-}
-
-fn unpack_range<F: BlockFormat>(
-    row: &[u8],
-    k0: usize,
-    q: &mut [i8],
-    scale: &mut [f32],
-    offset: &mut [f32],
-) -> I8Rows {
-    assert_eq!(k0 % F::BLOCK_ELEMS, 0, "unpack_cols: start not on a block");
-    const { assert!(MAX_BLOCK.is_multiple_of(I8_GROUP)) };
-    let (b0, n) = (k0 / F::BLOCK_ELEMS, q.len());
-    let nb = n.div_ceil(F::BLOCK_ELEMS);
-    let bytes = &row[b0 * F::BLOCK_BYTES..(b0 + nb) * F::BLOCK_BYTES];
-    let blocks: &[F::Block] = bytemuck::cast_slice(bytes);
-    let gpb = F::BLOCK_ELEMS / I8_GROUP;
-    let mut mode = I8Rows::Scaled;
-    for (i, blk) in blocks.iter().enumerate() {
-        let (c0, g0) = (i * F::BLOCK_ELEMS, i * gpb);
-        if c0 + F::BLOCK_ELEMS <= n {
-            mode = F::unpack(
-                blk,
-                &mut q[c0..c0 + F::BLOCK_ELEMS],
-                &mut scale[g0..g0 + gpb],
-                &mut offset[g0..g0 + gpb],
-            );
-        } else {
-            // The last, partial block: unpacked whole, its first columns kept.
-            let (mut bq, mut bs, mut bo) = (
-                [0i8; MAX_BLOCK],
-                [0f32; MAX_BLOCK / I8_GROUP],
-                [0f32; MAX_BLOCK / I8_GROUP],
-            );
-            mode = F::unpack(
-                blk,
-                &mut bq[..F::BLOCK_ELEMS],
-                &mut bs[..gpb],
-                &mut bo[..gpb],
-            );
-            let (cn, gn) = (n - c0, (n - c0).div_ceil(I8_GROUP));
-            q[c0..].copy_from_slice(&bq[..cn]);
-            scale[g0..g0 + gn].copy_from_slice(&bs[..gn]);
-            offset[g0..g0 + gn].copy_from_slice(&bo[..gn]);
-        }
-    }
-    mode
-}
-
-/// Read a little-endian f16.
-#[inline(always)]
-pub(crate) fn f16_le(b: [u8; 2]) -> f32 {
-    f16::from_le_bytes(b).to_f32()
 }
 
 /// The smallest f16 at or above `v ≥ 0` (finite `v` within the f16 range), so a scale

@@ -2,62 +2,7 @@
 //! sub-block has a 6-bit scale `sc_j` and a 6-bit min `m_j`, quantized under the super-block's
 //! f16 `d` and `dmin` (4.5 bits per weight). The byte layout is the one of ggml's `Q4_K`.
 
-use super::{f16_at_least, f16_le, round_clamp, round_clamp_f32, BlockFormat, Format, I8Rows};
-
-/// One `q4_k` super-block: weight `i` of sub-block `j` is `d·sc_j · q − dmin·m_j`, `q ∈ [0, 15]`.
-///
-/// - `scales` packs the eight 6-bit `(sc_j, m_j)`: for `j < 4`, `sc_j = scales[j] & 63` and
-///   `m_j = scales[j + 4] & 63`; for `j ≥ 4`, the low 4 bits are in `scales[j + 4]` (`sc` low
-///   nibble, `m` high nibble) and the high 2 bits in the top bits of `scales[j − 4]` (`sc`)
-///   and `scales[j]` (`m`).
-/// - `qs[32c + l]` holds weight `64c + l` in its low nibble and `64c + 32 + l` in its high
-///   nibble (`c < 4`, `l < 32`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BlockQ4K {
-    /// Super-block scale of the sub-block scales, f16 little-endian.
-    pub d: [u8; 2],
-    /// Super-block scale of the sub-block mins, f16 little-endian.
-    pub dmin: [u8; 2],
-    /// Packed 6-bit sub-block scales and mins.
-    pub scales: [u8; 12],
-    /// 4-bit quants, two per byte.
-    pub qs: [u8; 128],
-}
-
-const _: () = assert!(std::mem::size_of::<BlockQ4K>() == 144);
-const _: () = assert!(std::mem::align_of::<BlockQ4K>() == 1);
-
-// SAFETY: `#[repr(C)]` of byte arrays only: no padding (size asserted above), alignment 1,
-// every bit pattern valid.
-unsafe impl bytemuck::Zeroable for BlockQ4K {}
-// SAFETY: as above.
-unsafe impl bytemuck::Pod for BlockQ4K {}
-
-impl BlockQ4K {
-    /// `(sc_j, m_j)` of sub-block `j < 8`.
-    #[inline(always)]
-    pub fn scale_min(&self, j: usize) -> (u8, u8) {
-        let s = &self.scales;
-        if j < 4 {
-            (s[j] & 63, s[j + 4] & 63)
-        } else {
-            (
-                (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4),
-                (s[j + 4] >> 4) | ((s[j] >> 6) << 4),
-            )
-        }
-    }
-
-    fn set_scale_min(&mut self, sc: &[u8; 8], m: &[u8; 8]) {
-        let s = &mut self.scales;
-        for j in 0..4 {
-            s[j] = sc[j] | ((sc[j + 4] >> 4) << 6);
-            s[j + 4] = m[j] | ((m[j + 4] >> 4) << 6);
-            s[j + 8] = (sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4);
-        }
-    }
-}
+use super::{f16_at_least, round_clamp, round_clamp_f32, BlockFormat, BlockQ4K, Format};
 
 /// The `q4_k` layout.
 pub(crate) struct Q4K;
@@ -196,36 +141,6 @@ impl BlockFormat for Q4K {
         for c in 0..4 {
             for l in 0..32 {
                 out.qs[32 * c + l] = q[64 * c + l] | (q[64 * c + 32 + l] << 4);
-            }
-        }
-    }
-
-    #[inline]
-    fn unpack(b: &BlockQ4K, q: &mut [i8], scale: &mut [f32], offset: &mut [f32]) -> I8Rows {
-        let (d, dmin) = (f16_le(b.d), f16_le(b.dmin));
-        for j in 0..8 {
-            let (sc, m) = b.scale_min(j);
-            scale[2 * j..2 * j + 2].fill(d * sc as f32);
-            offset[2 * j..2 * j + 2].fill(dmin * m as f32);
-            let qs = &b.qs[32 * (j / 2)..32 * (j / 2) + 32];
-            let shift = 4 * (j % 2);
-            for (o, v) in q[32 * j..32 * j + 32].iter_mut().zip(qs) {
-                *o = ((v >> shift) & 0xF) as i8;
-            }
-        }
-        I8Rows::ScaledOffset
-    }
-
-    fn dequantize(b: &BlockQ4K, out: &mut [f32]) {
-        let (d, dmin) = (f16_le(b.d), f16_le(b.dmin));
-        for j in 0..8 {
-            let (sc, m) = b.scale_min(j);
-            let d1 = d * sc as f32;
-            let m1 = dmin * m as f32;
-            let qs = &b.qs[32 * (j / 2)..32 * (j / 2) + 32];
-            let shift = 4 * (j % 2);
-            for (o, q) in out[32 * j..32 * j + 32].iter_mut().zip(qs) {
-                *o = d1 * ((q >> shift) & 0xF) as f32 - m1;
             }
         }
     }

@@ -2,53 +2,7 @@
 //! with an int8 scale under the super-block's f16 `d` (6.5625 bits per weight). The byte
 //! layout is the one of ggml's `Q6_K`.
 
-use super::{f16_at_least, f16_le, round_clamp, round_clamp_f32, BlockFormat, Format, I8Rows};
-
-/// One `q6_k` super-block: weight `i` is `d·scales[i / 16] · (q_i − 32)`, `q_i ∈ [0, 63]`.
-///
-/// Per half `h < 2` of 128 weights and `l < 32`: `ql[64h + l]` holds the low 4 bits of
-/// `q[128h + l]` (low nibble) and `q[128h + 64 + l]` (high nibble); `ql[64h + 32 + l]` those of
-/// `q[128h + 32 + l]` and `q[128h + 96 + l]`; `qh[32h + l]` the high 2 bits of
-/// `q[128h + l]`, `q[128h + 32 + l]`, `q[128h + 64 + l]`, `q[128h + 96 + l]` (bits 0–1, 2–3,
-/// 4–5, 6–7).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BlockQ6K {
-    /// Low 4 bits of the quants.
-    pub ql: [u8; 128],
-    /// High 2 bits of the quants.
-    pub qh: [u8; 64],
-    /// Sub-block scales.
-    pub scales: [i8; 16],
-    /// Super-block scale, f16 little-endian.
-    pub d: [u8; 2],
-}
-
-const _: () = assert!(std::mem::size_of::<BlockQ6K>() == 210);
-const _: () = assert!(std::mem::align_of::<BlockQ6K>() == 1);
-
-// SAFETY: `#[repr(C)]` of byte arrays only: no padding (size asserted above), alignment 1,
-// every bit pattern valid.
-unsafe impl bytemuck::Zeroable for BlockQ6K {}
-// SAFETY: as above.
-unsafe impl bytemuck::Pod for BlockQ6K {}
-
-impl BlockQ6K {
-    /// The 6-bit quant of weight `i < 256`.
-    #[inline(always)]
-    pub fn quant(&self, i: usize) -> u8 {
-        let (h, r) = (i / 128, i % 128);
-        let (part, l) = (r / 32, r % 32);
-        let lo = match part {
-            0 => self.ql[64 * h + l] & 0xF,
-            1 => self.ql[64 * h + 32 + l] & 0xF,
-            2 => self.ql[64 * h + l] >> 4,
-            _ => self.ql[64 * h + 32 + l] >> 4,
-        };
-        let hi = (self.qh[32 * h + l] >> (2 * part)) & 3;
-        lo | (hi << 4)
-    }
-}
+use super::{f16_at_least, round_clamp, round_clamp_f32, BlockFormat, BlockQ6K, Format};
 
 /// The `q6_k` layout.
 pub(crate) struct Q6K;
@@ -136,40 +90,6 @@ impl BlockFormat for Q6K {
                 out.ql[64 * h + 32 + l] = (b & 0xF) | ((e & 0xF) << 4);
                 out.qh[32 * h + l] = (a >> 4) | ((b >> 4) << 2) | ((c >> 4) << 4) | ((e >> 4) << 6);
             }
-        }
-    }
-
-    #[inline]
-    fn unpack(b: &BlockQ6K, q: &mut [i8], scale: &mut [f32], _offset: &mut [f32]) -> I8Rows {
-        let d = f16_le(b.d);
-        for (s, v) in scale.iter_mut().zip(&b.scales) {
-            *s = d * *v as f32;
-        }
-        for h in 0..2 {
-            for part in 0..4 {
-                let base = 128 * h + 32 * part;
-                for l in 0..32 {
-                    let lo = match part {
-                        0 => b.ql[64 * h + l] & 0xF,
-                        1 => b.ql[64 * h + 32 + l] & 0xF,
-                        2 => b.ql[64 * h + l] >> 4,
-                        _ => b.ql[64 * h + 32 + l] >> 4,
-                    };
-                    let v = lo | (((b.qh[32 * h + l] >> (2 * part)) & 3) << 4);
-                    q[base + l] = (v as i32 - 32) as i8;
-                }
-            }
-        }
-        I8Rows::Scaled
-    }
-
-    /// [`BlockFormat::unpack`]'s values scaled: `d·scales[i / 16] · (q_i − 32)`, one statement
-    /// of the bit layout for both.
-    fn dequantize(b: &BlockQ6K, out: &mut [f32]) {
-        let (mut q, mut scale) = ([0i8; 256], [0f32; 16]);
-        Self::unpack(b, &mut q, &mut scale, &mut []);
-        for (i, (o, v)) in out.iter_mut().zip(&q).enumerate() {
-            *o = scale[i / 16] * *v as f32;
         }
     }
 }

@@ -208,7 +208,9 @@ fn packed_products(c: &mut Vec<Case>) {
             "bf16_panels",
             format!("x [{m}, {k}] w [{n}, {k}]"),
             vec![t(&[m, k], 25), t(&[n], 26)],
-            move |dev, v| aria_core::nn::put_packed(dev, &pw)?.linear(&v[0], Some(&v[1])),
+            move |dev, v| {
+                ops::packed_linear(&v[0], &*aria_core::nn::put_packed(dev, &pw)?, Some(&v[1]))
+            },
         ));
     }
     for (name, format, compute, shapes) in sets {
@@ -221,7 +223,9 @@ fn packed_products(c: &mut Vec<Case>) {
                 name,
                 format!("x [{m}, {k}] w [{n}, {k}]"),
                 vec![t(&[m, k], 22), t(&[n], 23)],
-                move |dev, v| aria_core::nn::put_packed(dev, &pw)?.linear(&v[0], Some(&v[1])),
+                move |dev, v| {
+                    ops::packed_linear(&v[0], &*aria_core::nn::put_packed(dev, &pw)?, Some(&v[1]))
+                },
             ));
         }
     }

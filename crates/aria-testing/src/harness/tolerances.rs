@@ -54,7 +54,8 @@ pub const TOLERANCES: &[Tol] = &[
         "q8_0",
         1e-5,
         "the same blocks dequantized exactly; f32 sums in \
-        another order (the CPU kernels sum within blocks, then across)"
+        another order (the CPU's product sums each dequantized row in its blocked K order, a \
+        device kernel within blocks, then across)"
     ),
     tol!(
         "linear_packed",

@@ -222,7 +222,7 @@ pub(crate) unsafe fn repack16(
 pub(crate) unsafe fn quantize_row(xr: &[f32], offset: bool, qr: &mut [u8], s: &mut f32) {
     debug_assert!(qr.len() >= xr.len());
     let n = xr.len();
-    let mask = |i: usize| aria_core::cpu::lane_masks32(n - i)[0];
+    let mask = |i: usize| crate::lane_masks32(n - i)[0];
     // SAFETY: every load and store is masked to the `n` elements of `xr` and `qr` (the caller
     // guarantees `qr` holds at least `n`).
     unsafe {

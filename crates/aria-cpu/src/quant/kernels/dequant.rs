@@ -1,9 +1,9 @@
 //! Weight-only product: f32 activations × packed weights, dequantized panel by panel.
 
-use aria_core::cpu::gemm::{self, BSrc, I8Rows, RowLayout, RowSource};
+use crate::gemm::{self, BSrc, I8Rows, RowLayout, RowSource};
 
 use super::Isa;
-use crate::matrix::WView;
+use crate::quant::WView;
 
 /// The packed rows as a [`RowSource`]: the CPU product reads each KC slab of the rows it packs
 /// as int8 with its scales and dequantizes it in registers while it transposes it into panels,
@@ -12,7 +12,7 @@ struct Dequantized<'a>(&'a WView<'a>);
 
 impl RowSource for Dequantized<'_> {
     fn read_row(&self, row: usize, k0: usize, out: &mut [f32]) {
-        self.0.format.dequantize_cols(self.0.row(row), k0, out);
+        crate::quant::blocks::dequantize_cols(self.0.format, self.0.row(row), k0, out);
     }
 
     fn read_row_i8(
@@ -23,11 +23,7 @@ impl RowSource for Dequantized<'_> {
         scale: &mut [f32],
         offset: &mut [f32],
     ) -> Option<I8Rows> {
-        Some(
-            self.0
-                .format
-                .unpack_cols(self.0.row(row), k0, q, scale, offset),
-        )
+        crate::quant::blocks::unpack_cols(self.0.format, self.0.row(row), k0, q, scale, offset)
     }
 
     fn layout(&self, k0: usize, kc: usize) -> Option<RowLayout<'_>> {
@@ -44,7 +40,7 @@ impl RowSource for Dequantized<'_> {
 
 /// `out[M, N] = x[M, K] · Wᵀ` (`x` row-major with `lda = K`, `out` row-major), on the current
 /// rayon pool; `isa` must come from [`super::checked`]. This is the CPU's f32 product
-/// ([`aria_core::cpu::gemm::gemm`]) with B read through [`Dequantized`]: the same bits as the
+/// ([`crate::gemm::gemm`]) with B read through [`Dequantized`]: the same bits as the
 /// f32 product of the dequantized weight, on every path and thread count.
 pub(crate) fn gemm_dequant(isa: Isa, w: &WView<'_>, x: &[f32], m: usize, out: &mut [f32]) {
     let (n, k) = (w.rows, w.cols);
@@ -53,7 +49,7 @@ pub(crate) fn gemm_dequant(isa: Isa, w: &WView<'_>, x: &[f32], m: usize, out: &m
 }
 
 /// [`gemm_dequant`] into a new `m × N` vector with `bias[j]` added after each output's K-sum
-/// ([`aria_core::cpu::gemm::gemm_vec`]: every output written once, no zero-fill first).
+/// ([`crate::gemm::gemm_vec`]: every output written once, no zero-fill first).
 pub(crate) fn gemm_dequant_vec(
     isa: Isa,
     w: &WView<'_>,

@@ -1,11 +1,12 @@
 //! W8A8: per-token int8 activations × `q8_0` weights with exact int32 block sums.
 
-use aria_core::cpu::aligned::LineAligned;
+use crate::aligned::LineAligned;
 use rayon::prelude::*;
 
 use super::{col_block, row_block, tile_i8, IntIsa, IntPanel, TileScope};
-use crate::format::{BlockQ8_0, Format};
-use crate::matrix::WView;
+use crate::quant::blocks::BlockQ8_0;
+use crate::quant::WView;
+use aria_tensor::format::WeightFormat;
 
 /// Blocks of 32 per K slab.
 const SLAB_BLOCKS: usize = 8;
@@ -38,7 +39,7 @@ pub fn quantize_activations(x: &[f32], m: usize, k: usize, offset: bool) -> Quan
     let kp = k.div_ceil(32) * 32;
     let mut q = vec![if offset { 128u8 } else { 0 }; m * kp];
     let mut scale = vec![0f32; m];
-    let isa = aria_core::cpu::current();
+    let isa = crate::current();
     if kp > 0 {
         q.par_chunks_mut(kp)
             .zip(scale.par_iter_mut())
@@ -49,12 +50,10 @@ pub fn quantize_activations(x: &[f32], m: usize, k: usize, offset: bool) -> Quan
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: `current` only yields AVX-512 where AVX-512F was detected; `qr`
                     // holds kp ≥ k bytes.
-                    aria_core::cpu::Isa::Avx512 => unsafe {
-                        super::avx512::quantize_row(xr, offset, qr, s)
-                    },
+                    crate::Isa::Avx512 => unsafe { super::avx512::quantize_row(xr, offset, qr, s) },
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: `current` only yields AVX2 where AVX2 was detected.
-                    aria_core::cpu::Isa::Avx2 => unsafe { quantize_row_avx2(xr, offset, qr, s) },
+                    crate::Isa::Avx2 => unsafe { quantize_row_avx2(xr, offset, qr, s) },
                     _ => quantize_row(xr, offset, qr, s),
                 }
             });
@@ -301,7 +300,7 @@ fn task(
 /// `out[M, N] = (x · Wᵀ)` in W8A8 for quantized activations `acts` and a `q8_0` weight
 /// (`acts.offset` must match `isa`), on the current rayon pool.
 pub(crate) fn gemm_w8a8(isa: IntIsa, w: &WView<'_>, acts: &QuantizedActs, out: &mut [f32]) {
-    debug_assert_eq!(w.format, Format::Q8_0);
+    debug_assert_eq!(w.format, WeightFormat::Q8_0);
     debug_assert_eq!(acts.offset, isa.offset_acts());
     let (m, n) = (acts.m, w.rows);
     let out = &mut out[..m * n];

@@ -2,7 +2,7 @@
 //!
 //! Two computations, chosen by the weight's [`Compute`] mode:
 //! - **weight-only** ([`Kernel::Dequant`]): f32 activations, on the CPU backend's own f32
-//!   product (`aria_core::cpu::gemm`) with B read through the packed rows: each KC slab of the
+//!   product ([`crate::gemm`]) with B read through the packed rows: each KC slab of the
 //!   columns a task packs is dequantized right before its micro-kernel consumes it (a product
 //!   of more than 480 rows, three row blocks, packs the panels once for all of them while it runs,
 //!   at most 64 MiB); no f32 copy of the weight is kept. The result is, bit for bit, the f32 product
@@ -15,7 +15,7 @@
 //!
 //! The path comes from an explicit [`KernelQuery`] through [`select`], an ordered ladder of
 //! `try_*` fast paths ending in the scalar reference; nothing reads the environment. Work is
-//! split over output columns (and row blocks) on the [`aria_core::threads`] pool, never inside
+//! split over output columns (and row blocks) on the [`crate::threads`] pool, never inside
 //! a sum, so results do not depend on the thread count.
 
 mod dequant;
@@ -31,14 +31,16 @@ mod avx512;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 
-pub use aria_core::cpu::Isa;
+pub use crate::Isa;
 pub(crate) use dequant::{gemm_dequant, gemm_dequant_vec};
 pub(crate) use int8::{gemm_w8a8, w8a8_block_sums};
 pub use int8::{quantize_activations, QuantizedActs};
 
 use std::sync::OnceLock;
 
-use crate::{Compute, Format};
+use aria_tensor::format::WeightFormat;
+
+use super::Compute;
 
 /// A packed int8 weight panel for the W8A8 tiles: `nr` columns × `nblk` blocks of 32.
 /// `q[((b·8 + k4)·nr + j)·4 + t]` is weight `32b + 4k4 + t` of column `j` (i8 bits); `d[b·nr + j]`
@@ -118,7 +120,7 @@ impl IntIsa {
     }
 
     /// The best int8 path that goes with the f32 path `isa`: scalar stays scalar (so
-    /// [`aria_core::cpu::with_isa`]`(Isa::Scalar, …)` selects every reference), AVX2 takes
+    /// [`crate::with_isa`]`(Isa::Scalar, …)` selects every reference), AVX2 takes
     /// AVX-VNNI where present, AVX-512 takes the AMX tiles where present, else AVX-512 VNNI
     /// where present (else as AVX2), NEON
     /// takes `sdot` where present.
@@ -300,10 +302,10 @@ impl Kernel {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KernelQuery {
     /// The weight's format.
-    pub format: Format,
+    pub format: WeightFormat,
     /// The weight's compute mode.
     pub compute: Compute,
-    /// The f32 path (usually [`aria_core::cpu::current`]).
+    /// The f32 path (usually [`crate::current`]).
     pub isa: Isa,
     /// The int8 path (usually [`IntIsa::for_isa`] of `isa`).
     pub int_isa: IntIsa,
@@ -317,8 +319,8 @@ pub struct KernelQuery {
 
 impl KernelQuery {
     /// The query for a product on the paths selected for the calling thread.
-    pub fn current(format: Format, compute: Compute, m: usize, n: usize, k: usize) -> Self {
-        let isa = aria_core::cpu::current();
+    pub fn current(format: WeightFormat, compute: Compute, m: usize, n: usize, k: usize) -> Self {
+        let isa = crate::current();
         KernelQuery {
             format,
             compute,
@@ -334,7 +336,7 @@ impl KernelQuery {
 /// W8A8 on a SIMD int8 path: the mode asks for it, the format is `q8_0` and the path runs here.
 pub fn try_w8a8_simd(q: &KernelQuery) -> Option<Kernel> {
     (q.compute == Compute::W8A8
-        && q.format == Format::Q8_0
+        && q.format == WeightFormat::Q8_0
         && q.int_isa != IntIsa::Scalar
         && q.int_isa.is_available())
     .then_some(Kernel::W8A8(q.int_isa))

@@ -26,14 +26,14 @@ pub(crate) const INR: usize = 32;
 const MAX_BLK: usize = 8;
 
 /// Whether this CPU and OS run the tile: CPUID reports AMX-INT8 and the tile unit is granted
-/// to the process ([`aria_core::cpu::bf16dot::amx_available`], asked for once).
+/// to the process ([`crate::bf16dot::amx_available`], asked for once).
 pub(crate) fn available() -> bool {
     static OK: OnceLock<bool> = OnceLock::new();
     *OK.get_or_init(|| {
         // CPUID leaf 7, sub-leaf 0: EDX bit 25 is AMX-INT8 (read only where leaf 7 exists).
         let max = __cpuid(0).eax;
         let int8 = max >= 7 && __cpuid_count(7, 0).edx & (1 << 25) != 0;
-        int8 && aria_core::cpu::bf16dot::amx_available()
+        int8 && crate::bf16dot::amx_available()
     })
 }
 
@@ -133,7 +133,7 @@ unsafe fn sums(nblk: usize, a: *const u8, lda: usize, q: *const u8, s: *mut i32)
 /// [`tile_i8`] fills them.
 #[target_feature(enable = "avx512f")]
 unsafe fn fold(nblk: usize, s: &[i32], d: &[f32], mr: usize, c: *mut f32, ldc: usize, nc: usize) {
-    let [m0, m1] = aria_core::cpu::lane_masks32(nc);
+    let [m0, m1] = crate::lane_masks32(nc);
     // SAFETY: the masked loads and stores touch `c[r·ldc..r·ldc + nc]` only; `s` holds
     // nblk · 1024 sums and `d` nblk · 32 scales (checked by the caller).
     unsafe {
