@@ -126,12 +126,7 @@ impl Backend for Cpu {
         let bytes = w.data.contiguous()?;
         let bytes = bytes.as_bytes()?;
         let panels = crate::threads::install(|| {
-            crate::bf16dot::Bf16Panels::from_pairs(w.rows, w.cols, |row, out| {
-                let r = &bytes[row * row_bytes..(row + 1) * row_bytes];
-                for (o, c) in out.iter_mut().zip(r.chunks_exact(4)) {
-                    *o = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                }
-            })
+            crate::bf16dot::Bf16Panels::from_pair_bytes(w.rows, w.cols, bytes)
         });
         Ok(panels.tensor().clone())
     }

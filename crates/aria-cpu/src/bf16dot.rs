@@ -268,6 +268,18 @@ impl Bf16Panels {
         })
     }
 
+    /// Panels from the `bf16_panels` format's blocks: `n` rows of `⌈k/2⌉` little-endian pair
+    /// words each, one row after the other (`bytes` holds at least `n · ⌈k/2⌉ · 4` bytes).
+    pub fn from_pair_bytes(n: usize, k: usize, bytes: &[u8]) -> Bf16Panels {
+        let row_bytes = k.div_ceil(2) * 4;
+        Self::from_pairs(n, k, |row, out| {
+            let r = &bytes[row * row_bytes..(row + 1) * row_bytes];
+            for (o, c) in out.iter_mut().zip(r.chunks_exact(4)) {
+                *o = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        })
+    }
+
     /// Panels for `[n, k]`, their words written by `fill` (zeros before; not called when
     /// there are none).
     fn build(n: usize, k: usize, fill: impl FnOnce(&mut [u32])) -> Bf16Panels {

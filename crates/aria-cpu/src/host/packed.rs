@@ -221,13 +221,8 @@ fn bf16_panels_reference(
             &[w.shape(), &[rows, row_bytes]],
         ));
     }
-    let wb = w.contiguous()?.to_vec::<u8>()?;
-    let panels = Bf16Panels::from_pairs(rows, cols, |row, out| {
-        let r = &wb[row * row_bytes..(row + 1) * row_bytes];
-        for (o, c) in out.iter_mut().zip(r.chunks_exact(4)) {
-            *o = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-        }
-    });
+    let wb = w.contiguous()?;
+    let panels = Bf16Panels::from_pair_bytes(rows, cols, wb.as_bytes()?);
     let xd = f32_data(x)?;
     let m = xd.len().checked_div(cols).unwrap_or(0);
     let bd = b.map(f32_data).transpose()?;
